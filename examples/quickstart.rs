@@ -1,0 +1,139 @@
+//! fairlock quickstart: FIFO hand-over between workers, watchdog renewal, and a lost-lock notice.
+//!
+//! Run with `bash scripts/quickstart.sh`, or `cargo run --example quickstart`. Uses `REDIS_URL`
+//! when it is set; otherwise starts a throw-away `redis-server` on a free port and stops it at the
+//! end.
+
+use std::error::Error;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fairlock::Client;
+use tokio::sync::Mutex;
+
+/// A `redis-server` that lives as long as this value.
+struct ThrowAwayRedis {
+    child: Child,
+    port: u16,
+}
+
+impl ThrowAwayRedis {
+    fn start() -> Result<Self, Box<dyn Error>> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start redis-server ({e}); run scripts/install-redis.sh or set REDIS_URL"))?;
+        let server = ThrowAwayRedis { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                return Err("redis-server did not start within 10 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(server)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for ThrowAwayRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn Error>> {
+    let (_server, url) = match std::env::var("REDIS_URL") {
+        Ok(url) => (None, url),
+        Err(_) => {
+            let server = ThrowAwayRedis::start()?;
+            let url = server.url();
+            println!("started a throw-away redis-server at {url}");
+            (Some(server), url)
+        }
+    };
+
+    // A short watchdog timeout so renewals are visible within seconds (the default is 30 s).
+    let client = Client::builder()
+        .standalone(url.clone())
+        .watchdog_timeout(Duration::from_secs(3))
+        .build()
+        .await?;
+    let name = format!("quickstart:{}", std::process::id());
+    let lock = client.fair_lock(name.clone());
+
+    println!("\n1. FIFO hand-over");
+    let guard = lock.lock().await?;
+    println!("   main holds {name}; five workers (each its own client) queue up one after another");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut workers = Vec::new();
+    for worker in 1..=5 {
+        let worker_client = Client::connect(&url).await?;
+        let order = order.clone();
+        let name = name.clone();
+        workers.push(tokio::spawn(async move {
+            let lock = worker_client.fair_lock(name);
+            let guard = lock.lock().await?;
+            order.lock().await.push(worker);
+            println!("   worker {worker} acquired");
+            tokio::time::sleep(Duration::from_millis(50)).await; // the critical section
+            guard.unlock().await?;
+            Ok::<_, fairlock::Error>(())
+        }));
+        // Let each worker reach the queue before the next one starts.
+        while lock.state().await?.queue.len() < worker {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let queue: Vec<String> = lock
+        .state()
+        .await?
+        .queue
+        .into_iter()
+        .map(|w| w.field)
+        .collect();
+    println!("   queue in Redis: {} waiters", queue.len());
+    guard.unlock().await?;
+    for w in workers {
+        w.await??;
+    }
+    println!("   acquisition order: {:?}", order.lock().await);
+
+    println!("\n2. Watchdog renewal (timeout 3 s, renewed every 1 s)");
+    let guard = lock.lock().await?;
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let ttl = lock.state().await?.ttl.unwrap_or_default();
+        println!("   still held, TTL {} ms", ttl.as_millis());
+    }
+
+    println!("\n3. Lost-lock notice");
+    let other = Client::connect(&url).await?;
+    println!("   another client force-unlocks the lock");
+    other.fair_lock(name.clone()).force_unlock().await?;
+    let started = Instant::now();
+    let reason = guard.lost().await;
+    println!(
+        "   holder told after {} ms: {reason}",
+        started.elapsed().as_millis()
+    );
+    match guard.unlock().await {
+        Err(fairlock::Error::NotHeld) => {
+            println!("   unlock() of the lost lock: NotHeld, as documented")
+        }
+        other => println!("   unlock() of the lost lock: {other:?}"),
+    }
+
+    client.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,34 @@
+-- Fair lock: release one hold (PROTOCOL 4 unlock).
+--
+-- KEYS[1] owner hash NAME, KEYS[2] waiter queue, KEYS[3] deadline zset
+-- ARGV[1] lease in ms, re-applied when holds remain (the lease the lock was taken with)
+-- ARGV[2] owner field
+-- ARGV[3] publish command, ARGV[4] release channel of this lock
+--
+-- Reply: 1 released (the head, if any, was told), 0 still held (one hold fewer),
+--        2 the lock no longer existed (expired; treated as released, as RFairLock does, and the head
+--          is told so a free lock never has a sleeping head), -1 held by someone else (not ours).
+
+local name, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
+local lease, field = tonumber(ARGV[1]), ARGV[2]
+local publish_cmd, channel_prefix = ARGV[3], ARGV[4]
+
+purge_stale_head(queue, deadlines, server_now_ms())
+
+if redis.call('EXISTS', name) == 0 then
+  wake_head_if_free(name, queue, publish_cmd, channel_prefix, nil)
+  return 2
+end
+
+if redis.call('HEXISTS', name, field) == 0 then
+  return -1
+end
+
+if redis.call('HINCRBY', name, field, -1) > 0 then
+  redis.call('PEXPIRE', name, lease)
+  return 0
+end
+
+redis.call('DEL', name)
+wake_head_if_free(name, queue, publish_cmd, channel_prefix, nil)
+return 1

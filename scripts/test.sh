@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit + integration tests against real redis-server
+# processes, doc tests and docs. Installs redis-server first when it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-redis.sh
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --all-targets --all-features -- -D warnings
+echo "== cargo doc"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
+echo "== tests"
+if cargo nextest --version >/dev/null 2>&1; then
+  # Tests start their own servers; keep parallelism within what 2 cores can serve.
+  cargo nextest run --all-features --profile ci --no-fail-fast
+  echo "== doc tests"
+  cargo test --doc --all-features
+else
+  cargo test --all-features --no-fail-fast -- --test-threads=2
+fi

@@ -1,0 +1,236 @@
+//! The waiting engine behind `lock()` and `try_lock()`: attempts, pub/sub wake-ups, deadlines and
+//! the cleanup a dropped future leaves to the driver.
+//!
+//! One acquisition is a loop of attempts. The first attempt runs without a subscription (the
+//! uncontended path costs exactly one round trip); if it queues us, we subscribe to our channel and
+//! attempt again before ever sleeping, so a release between the first attempt and the subscription
+//! cannot be missed. After that we sleep until a message, the hint the script gave (the lock's
+//! TTL when we are the head: nobody announces an expiry), our deadline, or a shutdown.
+//!
+//! Every attempt runs in a spawned task. If the caller drops the future while one is in flight,
+//! the task's outcome is handed to the driver, which releases a lock granted too late or leaves
+//! the queue: no I/O in `Drop`, and nothing is left behind.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use crate::client::Inner;
+use crate::error::{duration_ms, Error, Result};
+use crate::guard::LockGuard;
+use crate::ops::{self, AcquireArgs, Attempt, LockSpec, Mode};
+use crate::subscriber::Subscription;
+use crate::timer::{WaiterBeat, Work};
+
+/// What one lock call asks for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request {
+    pub(crate) holder: i64,
+    /// `None`: wait for ever.
+    pub(crate) wait: Option<Duration>,
+    /// `None`: watchdog.
+    pub(crate) lease: Option<Duration>,
+    pub(crate) fenced: bool,
+}
+
+/// Runs one acquisition to its end: `Some(guard)`, or `None` when `wait` elapsed.
+pub(crate) async fn acquire(
+    inner: &Arc<Inner>,
+    spec: &Arc<LockSpec>,
+    req: Request,
+) -> Result<Option<LockGuard>> {
+    inner.check_open()?;
+    let lease_ms = match req.lease {
+        Some(lease) => duration_ms("lease", lease)?,
+        None => inner.config.watchdog_timeout.as_millis() as i64,
+    };
+    let started = Instant::now();
+    let deadline = match req.wait {
+        None => None,
+        Some(wait) => {
+            if wait.as_millis() > i64::MAX as u128 {
+                return Err(Error::invalid_argument(
+                    "wait",
+                    format!("{wait:?} does not fit in i64 milliseconds"),
+                ));
+            }
+            // A wait too long to represent is a wait for ever.
+            started.checked_add(wait)
+        }
+    };
+    let field = inner.field(req.holder);
+    let span = tracing::debug_span!("acquire", lock = spec.name(), field = &*field);
+    let mut waiter = Waiter {
+        inner: inner.clone(),
+        args: AcquireArgs {
+            spec: spec.clone(),
+            field,
+            lease_ms,
+            liveness_ms: inner.config.waiter_liveness.as_millis() as i64,
+            mode: if req.wait == Some(Duration::ZERO) {
+                Mode::Try
+            } else {
+                Mode::Queue
+            },
+            fenced: req.fenced,
+        },
+        in_flight: None,
+        queued: false,
+        subscription: None,
+        beat: None,
+    };
+    async move { waiter.run(deadline, req.lease.is_none()).await }
+        .instrument(span)
+        .await
+}
+
+/// Resolves once the client is shut down. (The borrow `wait_for` returns is not `Send`, so it is
+/// dropped here rather than held across the caller's awaits.)
+async fn shut_down(closed: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = closed.wait_for(|c| *c).await.map(|_| ());
+}
+
+/// Longest a waiter sleeps without any reason to re-check (a guard against a wake-up path that
+/// failed in a way nobody noticed; every normal path wakes it sooner).
+fn max_idle(inner: &Inner) -> Duration {
+    inner
+        .config
+        .watchdog_timeout
+        .max(inner.config.waiter_liveness)
+}
+
+struct Waiter {
+    inner: Arc<Inner>,
+    args: AcquireArgs,
+    /// The attempt currently running, if the caller is awaiting one.
+    in_flight: Option<JoinHandle<Result<Attempt>>>,
+    /// We may be in the fair queue (set before the first attempt that can enqueue).
+    queued: bool,
+    subscription: Option<Subscription>,
+    /// Kept alive while we wait; the driver heartbeats it through a `Weak`.
+    beat: Option<Arc<WaiterBeat>>,
+}
+
+impl Waiter {
+    async fn run(
+        &mut self,
+        deadline: Option<Instant>,
+        watchdog: bool,
+    ) -> Result<Option<LockGuard>> {
+        let mut closed = self.inner.closed.subscribe();
+        loop {
+            let sent = Instant::now();
+            match self.attempt().await? {
+                Attempt::Acquired { token } => {
+                    self.queued = false;
+                    let held = self.inner.holds.acquired(
+                        &self.inner,
+                        &self.args.spec,
+                        &self.args.field,
+                        self.args.lease_ms,
+                        watchdog,
+                        sent,
+                    );
+                    tracing::debug!(waited = ?sent.elapsed(), "acquired");
+                    return Ok(Some(LockGuard::new(held, token)));
+                }
+                Attempt::Waiting { .. } if self.args.mode == Mode::Try => return Ok(None),
+                Attempt::Waiting { hint_ms } => {
+                    self.args.mode = Mode::Requeue;
+                    if self.subscription.is_none() {
+                        self.start_waiting().await?;
+                        // Re-check now that a release can no longer slip past us.
+                        continue;
+                    }
+                    let now = Instant::now();
+                    if deadline.is_some_and(|d| now >= d) {
+                        self.give_up().await?;
+                        tracing::debug!("wait elapsed");
+                        return Ok(None);
+                    }
+                    let mut wake_at = now + max_idle(&self.inner);
+                    if hint_ms >= 0 {
+                        wake_at = wake_at.min(now + Duration::from_millis(hint_ms as u64 + 1));
+                    }
+                    if let Some(d) = deadline {
+                        wake_at = wake_at.min(d);
+                    }
+                    let notify = self
+                        .subscription
+                        .as_ref()
+                        .map(|s| s.notify().clone())
+                        .expect("subscribed above");
+                    tokio::select! {
+                        _ = notify.notified() => tracing::trace!("woken by message"),
+                        _ = tokio::time::sleep_until(wake_at.into()) => tracing::trace!("woken by timer"),
+                        _ = shut_down(&mut closed) => {
+                            let _ = self.give_up().await;
+                            return Err(Error::Shutdown);
+                        }
+                    }
+                    self.inner.check_open()?;
+                }
+            }
+        }
+    }
+
+    /// Sends one attempt from a spawned task and waits for it.
+    async fn attempt(&mut self) -> Result<Attempt> {
+        if self.args.mode != Mode::Try {
+            self.queued = true;
+        }
+        let mut conn = self.inner.conn.clone();
+        let args = self.args.clone();
+        let handle =
+            self.in_flight.insert(tokio::spawn(
+                async move { ops::acquire(&mut conn, &args).await },
+            ));
+        let outcome = handle.await;
+        self.in_flight = None;
+        outcome.map_err(|_| Error::Shutdown)?
+    }
+
+    /// Subscribes to our wake-up channel and starts our heartbeat.
+    async fn start_waiting(&mut self) -> Result<()> {
+        let channel = self.args.spec.keys.waiter_channel(&self.args.field);
+        let subscription = self.inner.subscriber.subscribe(channel).await?;
+        let beat = Arc::new(WaiterBeat {
+            spec: self.args.spec.clone(),
+            field: self.args.field.clone(),
+            notify: subscription.notify().clone(),
+        });
+        self.inner.driver.send(Work::Waiter(beat.clone()));
+        self.beat = Some(beat);
+        self.subscription = Some(subscription);
+        Ok(())
+    }
+
+    /// Leaves the queue now (and wakes the next head if the lock is free).
+    async fn give_up(&mut self) -> Result<()> {
+        if self.queued {
+            let mut conn = self.inner.conn.clone();
+            ops::give_up(&mut conn, &self.args.spec, &self.args.field).await?;
+            self.queued = false;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        // No I/O here: the driver settles whatever we leave behind.
+        if let Some(attempt) = self.in_flight.take() {
+            self.inner.driver.send(Work::Abandoned {
+                attempt,
+                args: self.args.clone(),
+            });
+        } else if self.queued {
+            self.inner.driver.send(Work::GiveUp {
+                spec: self.args.spec.clone(),
+                field: self.args.field.clone(),
+            });
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The client: one command connection, one subscriber connection and one driver task, shared by
+//! every lock handle made from it.
+
+use std::sync::Arc;
+
+use tokio::sync::{oneshot, watch};
+use uuid::Uuid;
+
+use crate::config::{Builder, Config, Topology};
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::fair::FairLock;
+use crate::guard::{unlock_hold, Holds, LostReason};
+use crate::subscriber::Subscriber;
+use crate::timer::{DriverHandle, Work};
+
+/// A connection to Redis for taking locks. Cheap to clone; every clone shares the same
+/// connections and background tasks.
+///
+/// A client owns one multiplexed command connection (reconnecting on failure), **one** pub/sub
+/// connection that carries the channels of all its waiters, and one driver task (renewals,
+/// heartbeats, background releases). Each client has its own random v4 UUID, the first half of
+/// every owner field it writes. The background tasks end when the last clone, lock handle and
+/// guard are dropped, or at [`shutdown`](Self::shutdown).
+///
+/// ```no_run
+/// # async fn demo() -> fairlock::Result<()> {
+/// let client = fairlock::Client::connect("redis://127.0.0.1:6379").await?;
+/// let lock = client.fair_lock("orders:42");
+/// let guard = lock.lock().await?;
+/// // ... the critical section ...
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// Everything a client shares. Background tasks never hold a strong reference to it.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) id: Uuid,
+    /// `id` as text, lowercase with dashes (the owner field prefix).
+    pub(crate) uuid: String,
+    pub(crate) config: Config,
+    pub(crate) conn: Conn,
+    pub(crate) subscriber: Subscriber,
+    pub(crate) driver: DriverHandle,
+    pub(crate) holds: Holds,
+    /// `true` once shut down; waiters watch it.
+    pub(crate) closed: watch::Sender<bool>,
+}
+
+impl Inner {
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if *self.closed.borrow() {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The owner field of `holder` in this client.
+    pub(crate) fn field(&self, holder: i64) -> Arc<str> {
+        format!("{}:{}", self.uuid, holder).into()
+    }
+}
+
+impl Client {
+    /// Connects to a standalone Redis at `url` with every default (see [`Builder`]).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the URL is malformed or Redis cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future before it completes leaves nothing running.
+    pub async fn connect(url: &str) -> Result<Client> {
+        Builder::new().standalone(url).build().await
+    }
+
+    /// A builder for every setting.
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    pub(crate) async fn start(config: Config) -> Result<Client> {
+        let conn = Conn::connect(&config).await?;
+        let subscriber = match &config.topology {
+            Topology::Standalone(url) => Subscriber::start(
+                redis::Client::open(url.as_str())?,
+                config.connect_timeout,
+                config.command_timeout,
+            ),
+        };
+        let driver = DriverHandle::start(conn.clone(), &config);
+        let id = Uuid::new_v4();
+        check_eviction_policy(&mut conn.clone()).await;
+        let inner = Arc::new(Inner {
+            id,
+            uuid: id.hyphenated().to_string(),
+            config,
+            conn,
+            subscriber,
+            driver,
+            holds: Holds::default(),
+            closed: watch::Sender::new(false),
+        });
+        tracing::debug!(client = %id, "fairlock client started");
+        Ok(Client { inner })
+    }
+
+    /// This client instance's UUID (the first half of its owner fields).
+    pub fn id(&self) -> Uuid {
+        self.inner.id
+    }
+
+    /// A fair (FIFO) lock handle on `name`, in Redisson's `RFairLock` layout. Creating a handle does
+    /// no I/O; an invalid name is reported by the first operation as [`Error::InvalidName`].
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self.clone(), name.into())
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) has been called.
+    pub fn is_shutdown(&self) -> bool {
+        *self.inner.closed.borrow()
+    }
+
+    /// Shuts the client down: every pending lock call returns [`Error::Shutdown`] (leaving its
+    /// queue), every held lock is released and its guards' [`lost`](crate::LockGuard::lost)
+    /// resolve with [`LostReason::Shutdown`], and the background tasks stop. Later calls return
+    /// [`Error::Shutdown`]. Calling it again does nothing.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe in full: the client is marked shut down at once, but if the future is
+    /// dropped early some held locks may be left to expire with their leases instead of being
+    /// released.
+    pub async fn shutdown(&self) {
+        if self.inner.closed.send_replace(true) {
+            return;
+        }
+        self.inner.subscriber.wake_all();
+        for held in self.inner.holds.all() {
+            held.mark_lost(LostReason::Shutdown);
+            let holds = self.inner.holds.local_holds(&(
+                held.spec.kind,
+                held.name().to_owned(),
+                held.field.clone(),
+            ));
+            for _ in 0..holds {
+                if unlock_hold(&held).await.is_err() {
+                    break;
+                }
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        self.inner.driver.send(Work::Shutdown(tx));
+        let _ = rx.await;
+        tracing::debug!(client = %self.inner.id, "fairlock client shut down");
+    }
+}
+
+/// Every lock key carries a TTL, so any eviction policy but `noeviction` may evict a held lock.
+async fn check_eviction_policy(conn: &mut Conn) {
+    let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(conn)
+        .await;
+    match reply.as_deref() {
+        Ok([_, policy]) if policy != "noeviction" => tracing::warn!(
+            policy = policy.as_str(),
+            "Redis maxmemory-policy is not noeviction: under memory pressure Redis may evict \
+             held locks (an evicted lock is a lost lock)"
+        ),
+        Ok(_) => {}
+        Err(e) => {
+            tracing::debug!(error = %e, "could not read maxmemory-policy (CONFIG may be disabled)")
+        }
+    }
+}

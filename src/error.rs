@@ -1,0 +1,124 @@
+//! The crate's one error type.
+
+use std::time::Duration;
+
+/// Everything that can go wrong in fairlock.
+///
+/// The enum is `#[non_exhaustive]`: match the variants you handle and keep a wildcard arm. The
+/// `is_*` predicates are the stable way to ask the common questions.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Redis answered with an error, or could not be reached. The Redis error is kept as the source.
+    #[error("redis error")]
+    Redis(#[from] redis::RedisError),
+
+    /// The lock is not held by this holder: it was released already, it expired, somebody
+    /// force-unlocked it, or the guard had already been told it was lost.
+    #[error("the lock is not held by this holder")]
+    NotHeld,
+
+    /// The lock name cannot be used.
+    #[error("invalid lock name {name:?}: {reason}")]
+    InvalidName {
+        /// The name as given.
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+
+    /// An argument (a duration, a count, a URL) is out of range.
+    #[error("invalid argument `{argument}`: {reason}")]
+    InvalidArgument {
+        /// Which argument.
+        argument: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// A Redlock acquisition did not reach a majority of masters in time.
+    #[error("quorum not reached: {acquired} of {needed} masters")]
+    QuorumNotReached {
+        /// Masters that granted the lock.
+        acquired: usize,
+        /// Masters needed for a majority.
+        needed: usize,
+    },
+
+    /// Replica synchronisation (`WAIT`) was requested and no replica acknowledged in time.
+    #[error("no replica acknowledged the lock write within {timeout:?} ({replicas} connected)")]
+    ReplicasNotSynced {
+        /// Connected replicas when the write was made.
+        replicas: u64,
+        /// How long `WAIT` waited.
+        timeout: Duration,
+    },
+
+    /// The client was shut down; no further lock operations are possible.
+    #[error("the fairlock client was shut down")]
+    Shutdown,
+
+    /// Redis answered in a shape fairlock's scripts never produce (a foreign script under our
+    /// SHA, or a key of the wrong type under a lock name).
+    #[error("unexpected reply from redis: {0}")]
+    UnexpectedReply(String),
+}
+
+impl Error {
+    /// The lock was not (or no longer) held by the caller.
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Error::NotHeld)
+    }
+
+    /// The error came from Redis or from the connection to it.
+    pub fn is_redis(&self) -> bool {
+        matches!(self, Error::Redis(_))
+    }
+
+    /// A Redis command timed out (see `Builder::command_timeout`).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Redis(e) if e.is_timeout())
+    }
+
+    /// The connection to Redis was refused, dropped or could not be made.
+    pub fn is_connection_error(&self) -> bool {
+        matches!(self, Error::Redis(e) if e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error())
+    }
+
+    /// The lock name or another argument was rejected before anything was sent.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidName { .. } | Error::InvalidArgument { .. }
+        )
+    }
+
+    /// The client was shut down.
+    pub fn is_shutdown(&self) -> bool {
+        matches!(self, Error::Shutdown)
+    }
+
+    pub(crate) fn invalid_argument(argument: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            argument,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// `Result` with fairlock's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Converts a duration to whole milliseconds for Redis, rejecting zero and values beyond `i64` ms.
+pub(crate) fn duration_ms(argument: &'static str, d: Duration) -> Result<i64> {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return Err(Error::invalid_argument(
+            argument,
+            format!("{d:?} is shorter than one millisecond"),
+        ));
+    }
+    i64::try_from(ms).map_err(|_| {
+        Error::invalid_argument(argument, format!("{d:?} does not fit in i64 milliseconds"))
+    })
+}

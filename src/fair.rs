@@ -1,0 +1,243 @@
+//! [`FairLock`]: the public face of the fair lock. The engine is in `acquire.rs`, the scripts in
+//! `lua/fair_*.lua`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+
+use crate::acquire::{acquire, Request};
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::holder;
+use crate::keys;
+use crate::ops::{self, Kind, LockSpec};
+use crate::state::LockState;
+
+/// A fair, reentrant distributed lock: waiters are granted the lock **in the order they arrived at
+/// Redis**, first come, first served, across every client and process that uses the same name.
+/// Its data is Redisson's `RFairLock` layout, so Java services using Redisson can share the lock.
+///
+/// # The guarantee
+///
+/// * **Mutual exclusion** while the lock's key lives in Redis: only one owner field holds it. A
+///   lock taken without a lease is renewed by the client's watchdog for as long as its guard
+///   lives; one taken with a lease expires when the lease runs out. Either way the guard's
+///   [`lost`](LockGuard::lost) future tells the holder when the lock can no longer be trusted.
+/// * **FIFO**: a waiter joins the queue on its first attempt; only the queue head may take the
+///   lock, and only the head is woken when it is released. A later arrival never overtakes an
+///   earlier one that is still waiting.
+/// * **Reentrancy**: the same holder (by default the current tokio task; see
+///   [`holder`](Self::holder)) can lock again without waiting; each guard is one hold.
+/// * **Liveness**: a waiter whose process died is purged after the client's waiter liveness
+///   window (5 s by default), and the lock passes to the next live waiter; a dropped or timed-out
+///   wait leaves the queue at once and wakes the next waiter.
+///
+/// # What is *not* guaranteed
+///
+/// * **Failover**: Redis replication is asynchronous. If the master dies before a replica got the
+///   lock, the promoted replica does not know it and grants it again. The queue may be lost or
+///   reordered the same way.
+/// * **Pauses longer than the lease**: a holder stalled (GC, swap, a stopped VM) past its lease
+///   may still believe it holds the lock. Use [`fenced`](Self::fenced) tokens at the protected
+///   resource when that matters.
+/// * **Java waiters' deadlines** are computed from the Java client's clock, and Redisson purges a
+///   live Java waiter that waits longer than its wait timeout (5 minutes by default); fairlock's
+///   own waiters use the server clock and heartbeats and are never purged while alive.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> fairlock::Result<()> {
+/// use std::time::Duration;
+/// let client = fairlock::Client::connect("redis://127.0.0.1:6379").await?;
+/// let lock = client.fair_lock("orders:42");
+///
+/// // Wait as long as it takes; the watchdog keeps the lock while the guard lives.
+/// let guard = lock.lock().await?;
+/// guard.unlock().await?;
+///
+/// // Wait at most 2 s, hold for at most 10 s.
+/// if let Some(guard) = lock.try_lock(Duration::from_secs(2), Some(Duration::from_secs(10))).await? {
+///     // ...
+///     drop(guard); // released in the background
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct FairLock {
+    client: Client,
+    name: String,
+    spec: std::result::Result<Arc<LockSpec>, &'static str>,
+    holder: Option<i64>,
+    fenced: bool,
+}
+
+impl FairLock {
+    pub(crate) fn new(client: Client, name: String) -> Self {
+        let cluster = client.inner.conn.is_cluster();
+        let spec = match keys::validate(&name, cluster) {
+            Ok(()) => Ok(LockSpec::new(Kind::Fair, &name)),
+            Err(Error::InvalidName { reason, .. }) => Err(reason),
+            Err(_) => Err("invalid name"),
+        };
+        FairLock {
+            client,
+            name,
+            spec,
+            holder: None,
+            fenced: false,
+        }
+    }
+
+    /// The lock's name (also the Redis key of its owner hash).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Acts as holder `id` instead of the current tokio task: every handle with the same id (in this
+    /// client) is the same holder, so it re-enters instead of waiting. Useful for blocking code, or
+    /// to let several tasks share one hold.
+    pub fn holder(mut self, id: i64) -> Self {
+        self.holder = Some(id);
+        self
+    }
+
+    /// Makes every acquisition through this handle (re-entries too) increment the lock's fencing
+    /// counter `redisson_lock_token:{NAME}` atomically with the grant; the guard's
+    /// [`fencing_token`](LockGuard::fencing_token) is the new value.
+    ///
+    /// Tokens strictly increase across holders, clients and processes. Pass the token with every
+    /// write to the protected resource and have the resource reject a token lower than the highest
+    /// it has seen: a holder that was paused longer than its lease, and lost the lock meanwhile,
+    /// then writes with a stale token and is refused.
+    pub fn fenced(mut self) -> Self {
+        self.fenced = true;
+        self
+    }
+
+    fn spec(&self) -> Result<&Arc<LockSpec>> {
+        self.spec.as_ref().map_err(|reason| Error::InvalidName {
+            name: self.name.clone(),
+            reason,
+        })
+    }
+
+    fn holder_id(&self) -> i64 {
+        self.holder.unwrap_or_else(holder::current)
+    }
+
+    async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        let spec = self.spec()?;
+        let req = Request {
+            holder: self.holder_id(),
+            wait,
+            lease,
+            fenced: self.fenced,
+        };
+        acquire(&self.client.inner, spec, req).await
+    }
+
+    /// Waits as long as it takes, then holds the lock with the watchdog renewing it (every third
+    /// of the watchdog timeout, 30 s by default) until the guard is released or dropped.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`], [`Error::Redis`] when Redis fails (the waiter leaves the queue),
+    /// [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future gives up its place in the queue (from the background, with
+    /// no I/O in `Drop`) and wakes the next waiter; if the lock was granted after the caller
+    /// stopped waiting, it is released again.
+    pub async fn lock(&self) -> Result<LockGuard> {
+        match self.acquire(None, None).await? {
+            Some(guard) => Ok(guard),
+            None => unreachable!("an unbounded wait never times out"),
+        }
+    }
+
+    /// Waits as long as it takes, then holds the lock for at most `lease` (never renewed).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock); [`Error::InvalidArgument`] for a lease under 1 ms or beyond `i64`
+    /// milliseconds.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        match self.acquire(None, Some(lease)).await? {
+            Some(guard) => Ok(guard),
+            None => unreachable!("an unbounded wait never times out"),
+        }
+    }
+
+    /// Waits at most `wait` for the lock. `lease: None` holds it with the watchdog; `Some(lease)`
+    /// holds it for at most `lease`. Returns `Ok(None)` when `wait` ran out (the waiter has left
+    /// the queue by then). A zero `wait` tries once without joining the queue.
+    ///
+    /// Returns within `wait` plus one Redis round trip (bounded by the client's command timeout),
+    /// also while Redis is unreachable: then with the Redis error.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero lease or a duration beyond `i64` milliseconds,
+    /// [`Error::InvalidName`], [`Error::Redis`], [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire(Some(wait), lease).await
+    }
+
+    /// Deletes the lock whoever holds it and wakes the next waiter. Returns whether it was held.
+    /// The former holder's guard learns it at its next renewal ([`LostReason::Gone`](crate::LostReason::Gone)).
+    ///
+    /// # Cancel safety
+    /// The delete may or may not have happened when the future is dropped.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        let spec = self.spec()?;
+        let mut conn = self.client.inner.conn.clone();
+        ops::force_unlock(&mut conn, spec).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn is_locked(&self) -> Result<bool> {
+        let spec = self.spec()?;
+        let mut conn = self.client.inner.conn.clone();
+        Ok(conn.exists(spec.name()).await?)
+    }
+
+    /// How many holds this handle's holder has on the lock (0 when it holds none).
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn hold_count(&self) -> Result<u32> {
+        let spec = self.spec()?;
+        let field = self.client.inner.field(self.holder_id());
+        let mut conn = self.client.inner.conn.clone();
+        let count: Option<i64> = conn.hget(spec.name(), &*field).await?;
+        Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
+    }
+
+    /// A snapshot of the lock: owner field and hold count, TTL, and the waiter queue with each
+    /// waiter's deadline. Works whoever holds or waits, Java clients included.
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn state(&self) -> Result<LockState> {
+        let spec = self.spec()?;
+        let mut conn = self.client.inner.conn.clone();
+        Ok(LockState::from_raw(ops::state(&mut conn, spec).await?))
+    }
+}

@@ -1,0 +1,158 @@
+//! Redis key and channel names of one lock (PROTOCOL 1), and the name checks behind them.
+
+use crate::error::{Error, Result};
+
+const RELEASE_CHANNEL_PREFIX: &str = "redisson_lock__channel";
+const QUEUE_PREFIX: &str = "redisson_lock_queue";
+const DEADLINES_PREFIX: &str = "redisson_lock_timeout";
+const TOKEN_PREFIX: &str = "redisson_lock_token";
+const LATCH_PREFIX: &str = "redisson_unlock_latch";
+
+/// Every Redis name one lock uses, derived once per handle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockKeys {
+    /// The owner hash: the lock name itself.
+    pub(crate) name: String,
+    /// Release channel; the fair lock's per-waiter channels are this plus `:<owner field>`.
+    pub(crate) channel: String,
+    /// Fair waiter queue (list).
+    pub(crate) queue: String,
+    /// Fair waiter deadlines (sorted set).
+    pub(crate) deadlines: String,
+    /// Fencing token counter.
+    pub(crate) token: String,
+    /// Prefix of the unlock latch keys: `<prefix>:<request id>`.
+    pub(crate) latch_prefix: String,
+}
+
+impl LockKeys {
+    /// Derives the names for `name`. Call [`validate`] first.
+    pub(crate) fn new(name: &str) -> Self {
+        LockKeys {
+            name: name.to_owned(),
+            channel: derived(RELEASE_CHANNEL_PREFIX, name),
+            queue: derived(QUEUE_PREFIX, name),
+            deadlines: derived(DEADLINES_PREFIX, name),
+            token: derived(TOKEN_PREFIX, name),
+            latch_prefix: derived(LATCH_PREFIX, name),
+        }
+    }
+
+    /// The per-waiter channel of a fair waiter (PROTOCOL 1).
+    pub(crate) fn waiter_channel(&self, field: &str) -> String {
+        format!("{}:{}", self.channel, field)
+    }
+}
+
+/// Redisson's prefix rule, byte for byte: a name containing `{` anywhere is used as is (the user
+/// chose the hash tag), any other name is wrapped in braces so every derived key shares its slot.
+fn derived(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// The hash tag Redis Cluster would use for `key`, if any: the bytes between the first `{` and the
+/// first `}` after it, when that is not empty.
+pub(crate) fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let rest = &key[open + 1..];
+    let close = rest.find('}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
+/// Checks a lock name. `cluster` adds the rule that a name with a `{` must carry a valid hash tag:
+/// without one, the prefix rule leaves the derived keys in other slots than the name (CROSSSLOT).
+pub(crate) fn validate(name: &str, cluster: bool) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::InvalidName {
+            name: name.to_owned(),
+            reason: "a lock name must not be empty",
+        });
+    }
+    if cluster && name.contains('{') && hash_tag(name).is_none() {
+        return Err(Error::InvalidName {
+            name: name.to_owned(),
+            reason: "in cluster mode a name containing '{' needs a non-empty hash tag like {tag}, \
+                     or its keys would land in different slots",
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_names_get_braces() {
+        let k = LockKeys::new("orders:42");
+        assert_eq!(k.name, "orders:42");
+        assert_eq!(k.channel, "redisson_lock__channel:{orders:42}");
+        assert_eq!(k.queue, "redisson_lock_queue:{orders:42}");
+        assert_eq!(k.deadlines, "redisson_lock_timeout:{orders:42}");
+        assert_eq!(k.token, "redisson_lock_token:{orders:42}");
+        assert_eq!(k.latch_prefix, "redisson_unlock_latch:{orders:42}");
+        assert_eq!(
+            k.waiter_channel("u:7"),
+            "redisson_lock__channel:{orders:42}:u:7"
+        );
+    }
+
+    #[test]
+    fn names_with_a_brace_are_used_as_is() {
+        let k = LockKeys::new("{user1}:cart");
+        assert_eq!(k.queue, "redisson_lock_queue:{user1}:cart");
+        let k = LockKeys::new("a{b");
+        assert_eq!(k.deadlines, "redisson_lock_timeout:a{b");
+    }
+
+    #[test]
+    fn hash_tags_follow_the_cluster_rule() {
+        assert_eq!(hash_tag("{user1000}.following"), Some("user1000"));
+        assert_eq!(hash_tag("foo{}{bar}"), None);
+        assert_eq!(hash_tag("foo{{bar}}zap"), Some("{bar"));
+        assert_eq!(hash_tag("foo{bar}{zap}"), Some("bar"));
+        assert_eq!(hash_tag("plain"), None);
+        assert_eq!(hash_tag("open{only"), None);
+    }
+
+    #[test]
+    fn validation() {
+        assert!(matches!(
+            validate("", false),
+            Err(Error::InvalidName { .. })
+        ));
+        assert!(validate("a{b", false).is_ok());
+        assert!(matches!(
+            validate("a{b", true),
+            Err(Error::InvalidName { .. })
+        ));
+        assert!(matches!(
+            validate("a{}b", true),
+            Err(Error::InvalidName { .. })
+        ));
+        assert!(validate("a{b}", true).is_ok());
+        assert!(validate("plain", true).is_ok());
+    }
+
+    #[test]
+    fn derived_keys_share_the_hash_tag_of_tagged_names() {
+        let k = LockKeys::new("{t}x");
+        for key in [
+            &k.channel,
+            &k.queue,
+            &k.deadlines,
+            &k.token,
+            &k.latch_prefix,
+        ] {
+            assert_eq!(hash_tag(key), Some("t"));
+        }
+        let k = LockKeys::new("plain");
+        for key in [&k.channel, &k.queue, &k.deadlines, &k.token] {
+            assert_eq!(hash_tag(key), Some("plain"));
+        }
+    }
+}

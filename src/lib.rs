@@ -1,0 +1,70 @@
+//! # fairlock
+//!
+//! Fair (FIFO), reentrant distributed locks on Redis that share their data with Java services
+//! using Redisson (`RFairLock` / `RLock`) on the same lock names.
+//!
+//! * [`FairLock`]: waiters are served in arrival order; only the head of the queue is woken.
+//! * Reentrant per holder (the current tokio task by default), with a hold count.
+//! * A watchdog renews locks taken without a lease, from one timer wheel per client, batched; the
+//!   holder is told through [`LockGuard::lost`] the moment the lock can no longer be trusted.
+//! * Waiters sleep on pub/sub messages over **one** subscriber connection per client, never by
+//!   polling; a lost message costs latency, never correctness.
+//! * Every lock future is cancel safe: dropping it leaves the queue and wakes the next waiter.
+//!
+//! ```no_run
+//! # async fn demo() -> fairlock::Result<()> {
+//! use std::time::Duration;
+//!
+//! let client = fairlock::Client::connect("redis://127.0.0.1:6379").await?;
+//! let lock = client.fair_lock("orders:42");
+//!
+//! let guard = lock.lock().await?;            // FIFO wait; the watchdog keeps it
+//! tokio::select! {
+//!     _ = do_the_work() => {}
+//!     reason = guard.lost() => eprintln!("lock lost: {reason}"),
+//! }
+//! guard.unlock().await?;
+//!
+//! match lock.try_lock(Duration::from_millis(500), Some(Duration::from_secs(5))).await? {
+//!     Some(_guard) => { /* held for at most 5 s */ }
+//!     None => { /* somebody else kept it for 500 ms */ }
+//! }
+//! # Ok(()) }
+//! # async fn do_the_work() {}
+//! ```
+//!
+//! The wire protocol (keys, fields, channels, messages) is Redisson's; see the repository's
+//! `README.md` for what is shared with Java clients and what fairlock does beyond it.
+
+#![forbid(unsafe_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
+
+mod acquire;
+mod client;
+mod config;
+mod conn;
+mod error;
+mod fair;
+mod guard;
+mod holder;
+mod keys;
+mod ops;
+mod scripts;
+mod state;
+mod subscriber;
+mod timer;
+
+pub use client::Client;
+pub use config::{
+    Builder, Topology, DEFAULT_BATCH_SIZE, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_TIMER_SLOTS, DEFAULT_TIMER_TICK, DEFAULT_WAITER_LIVENESS, DEFAULT_WATCHDOG_TIMEOUT,
+};
+pub use error::{Error, Result};
+pub use fair::FairLock;
+pub use guard::{LockGuard, LostReason};
+pub use state::{LockState, Owner, QueuedWaiter};

@@ -1,0 +1,313 @@
+//! Script invocations and reply decoding: the only place that knows the argument order of each Lua
+//! script. Lock handles, guards and the background driver all go through these functions.
+
+use std::sync::Arc;
+
+use redis::{Pipeline, RedisError, ScriptInvocation, Value};
+
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+use crate::scripts;
+
+/// Which Redisson layout a lock uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// `RFairLock`: owner hash plus waiter queue and deadline zset.
+    Fair,
+}
+
+/// What a handle needs to talk about one lock: its kind and every derived name.
+#[derive(Debug)]
+pub(crate) struct LockSpec {
+    pub(crate) kind: Kind,
+    pub(crate) keys: LockKeys,
+}
+
+impl LockSpec {
+    pub(crate) fn new(kind: Kind, name: &str) -> Arc<Self> {
+        Arc::new(LockSpec {
+            kind,
+            keys: LockKeys::new(name),
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.keys.name
+    }
+}
+
+/// How an acquire attempt may use the fair queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Never join the queue (zero wait).
+    Try,
+    /// First attempt: join the tail when the lock cannot be taken.
+    Queue,
+    /// Later attempt of a waiter still waiting: rejoin at the head if it was purged while alive.
+    Requeue,
+}
+
+impl Mode {
+    fn as_arg(self) -> &'static str {
+        match self {
+            Mode::Try => "try",
+            Mode::Queue => "queue",
+            Mode::Requeue => "requeue",
+        }
+    }
+}
+
+/// Result of one acquire attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// Taken (or re-entered); the fencing token when fencing was asked for.
+    Acquired { token: Option<u64> },
+    /// Not taken. `hint_ms`: how long nothing will change unannounced (-1: until told).
+    Waiting { hint_ms: i64 },
+}
+
+/// Result of releasing one hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unlocked {
+    /// Last hold released; the lock is free and the next waiter was told.
+    Released,
+    /// One hold fewer; the holder still has the lock.
+    StillHeld,
+    /// The lock had already expired (a fair lock treats this as released, as Redisson does).
+    Expired,
+    /// Somebody else holds it (or nobody, for a non-fair lock).
+    NotOwner,
+}
+
+/// Parameters of one acquire attempt.
+#[derive(Debug, Clone)]
+pub(crate) struct AcquireArgs {
+    pub(crate) spec: Arc<LockSpec>,
+    pub(crate) field: Arc<str>,
+    pub(crate) lease_ms: i64,
+    pub(crate) liveness_ms: i64,
+    pub(crate) mode: Mode,
+    pub(crate) fenced: bool,
+}
+
+fn unexpected(what: &str, value: &Value) -> Error {
+    Error::UnexpectedReply(format!("{what}: {value:?}"))
+}
+
+/// Runs one acquire attempt.
+pub(crate) async fn acquire(conn: &mut Conn, args: &AcquireArgs) -> Result<Attempt> {
+    let keys = &args.spec.keys;
+    let publish = conn.publish_command();
+    let reply: Vec<i64> = match args.spec.kind {
+        Kind::Fair => {
+            scripts::FAIR_ACQUIRE
+                .key(&keys.name)
+                .key(&keys.queue)
+                .key(&keys.deadlines)
+                .key(&keys.token)
+                .arg(args.lease_ms)
+                .arg(&*args.field)
+                .arg(args.liveness_ms)
+                .arg(args.mode.as_arg())
+                .arg(if args.fenced { "1" } else { "0" })
+                .arg(publish)
+                .arg(&keys.channel)
+                .invoke_async(conn)
+                .await?
+        }
+    };
+    match reply.as_slice() {
+        [1, token] => Ok(Attempt::Acquired {
+            token: args.fenced.then_some(*token as u64),
+        }),
+        [0, hint] => Ok(Attempt::Waiting { hint_ms: *hint }),
+        _ => Err(Error::UnexpectedReply(format!("acquire: {reply:?}"))),
+    }
+}
+
+/// Releases one hold of `field`.
+pub(crate) async fn unlock(
+    conn: &mut Conn,
+    spec: &LockSpec,
+    field: &str,
+    lease_ms: i64,
+) -> Result<Unlocked> {
+    let keys = &spec.keys;
+    let publish = conn.publish_command();
+    let code: i64 = match spec.kind {
+        Kind::Fair => {
+            scripts::FAIR_UNLOCK
+                .key(&keys.name)
+                .key(&keys.queue)
+                .key(&keys.deadlines)
+                .arg(lease_ms)
+                .arg(field)
+                .arg(publish)
+                .arg(&keys.channel)
+                .invoke_async(conn)
+                .await?
+        }
+    };
+    match code {
+        1 => Ok(Unlocked::Released),
+        0 => Ok(Unlocked::StillHeld),
+        2 => Ok(Unlocked::Expired),
+        -1 => Ok(Unlocked::NotOwner),
+        other => Err(unexpected("unlock", &Value::Int(other))),
+    }
+}
+
+/// Removes a fair waiter from the queue and wakes the next head of a free lock. Returns whether
+/// the waiter was still queued.
+pub(crate) async fn give_up(conn: &mut Conn, spec: &LockSpec, field: &str) -> Result<bool> {
+    let keys = &spec.keys;
+    let publish = conn.publish_command();
+    let removed: i64 = scripts::FAIR_GIVE_UP
+        .key(&keys.name)
+        .key(&keys.queue)
+        .key(&keys.deadlines)
+        .arg(field)
+        .arg(publish)
+        .arg(&keys.channel)
+        .invoke_async(conn)
+        .await?;
+    Ok(removed == 1)
+}
+
+/// Deletes the lock whoever holds it; wakes the next waiter. Returns whether a lock was deleted.
+pub(crate) async fn force_unlock(conn: &mut Conn, spec: &LockSpec) -> Result<bool> {
+    let keys = &spec.keys;
+    let publish = conn.publish_command();
+    let deleted: i64 = match spec.kind {
+        Kind::Fair => {
+            scripts::FAIR_FORCE_UNLOCK
+                .key(&keys.name)
+                .key(&keys.queue)
+                .key(&keys.deadlines)
+                .arg(publish)
+                .arg(&keys.channel)
+                .invoke_async(conn)
+                .await?
+        }
+    };
+    Ok(deleted == 1)
+}
+
+/// Raw inspection snapshot (see `state.lua`).
+pub(crate) struct RawState {
+    pub(crate) now_ms: i64,
+    pub(crate) pttl_ms: i64,
+    pub(crate) owners: Vec<(String, i64)>,
+    pub(crate) waiters: Vec<(String, i64)>,
+}
+
+pub(crate) async fn state(conn: &mut Conn, spec: &LockSpec) -> Result<RawState> {
+    let keys = &spec.keys;
+    type Pairs = Vec<(String, i64)>;
+    let (now_ms, pttl_ms, owners, waiters): (i64, i64, Pairs, Pairs) = scripts::STATE
+        .key(&keys.name)
+        .key(&keys.queue)
+        .key(&keys.deadlines)
+        .invoke_async(conn)
+        .await?;
+    Ok(RawState {
+        now_ms,
+        pttl_ms,
+        owners,
+        waiters,
+    })
+}
+
+/// Sends several invocations of one script in one pipeline (one round trip). A `NOSCRIPT` reply
+/// (e.g. after `SCRIPT FLUSH` or a failover) loads the script and sends the pipeline once more.
+pub(crate) async fn pipelined(
+    conn: &mut Conn,
+    script: &redis::Script,
+    invocations: &[ScriptInvocation<'_>],
+) -> Result<Vec<Vec<i64>>, RedisError> {
+    let mut pipe = Pipeline::with_capacity(invocations.len());
+    for invocation in invocations {
+        pipe.invoke_script(invocation);
+    }
+    match pipe.query_async::<Vec<Vec<i64>>>(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            pipe.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
+/// One renewal entry: lock name and our field.
+pub(crate) type RenewItem<'a> = (&'a str, &'a str);
+
+/// Renews a group of held locks in chunks of `batch`, pipelined. One reply per entry, in order:
+/// `true` renewed, `false` our field is gone.
+pub(crate) async fn renew(
+    conn: &mut Conn,
+    items: &[RenewItem<'_>],
+    ttl_ms: i64,
+    batch: usize,
+) -> Result<Vec<bool>, RedisError> {
+    let invocations: Vec<ScriptInvocation<'_>> = items
+        .chunks(batch)
+        .map(|chunk| {
+            let mut inv = scripts::RENEW.prepare_invoke();
+            inv.arg(ttl_ms);
+            for (name, field) in chunk {
+                inv.key(*name).arg(*field);
+            }
+            inv
+        })
+        .collect();
+    let replies = pipelined(conn, &scripts::RENEW, &invocations).await?;
+    Ok(replies.into_iter().flatten().map(|r| r == 1).collect())
+}
+
+/// What a heartbeat learned about one waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Beat {
+    /// Still queued, nothing to do.
+    Queued,
+    /// Head of a free lock: wake it.
+    HeadOfFreeLock,
+    /// Not queued any more: wake it so its next attempt requeues.
+    Dropped,
+    /// Second in line: wake it so it learns the head's deadline.
+    Second,
+}
+
+/// Refreshes the deadlines of a group of fair waiters, in chunks of `batch`, pipelined.
+pub(crate) async fn heartbeat(
+    conn: &mut Conn,
+    items: &[(&LockSpec, &str)],
+    liveness_ms: i64,
+    batch: usize,
+) -> Result<Vec<Beat>, RedisError> {
+    let publish = conn.publish_command();
+    let invocations: Vec<ScriptInvocation<'_>> = items
+        .chunks(batch)
+        .map(|chunk| {
+            let mut inv = scripts::FAIR_HEARTBEAT.prepare_invoke();
+            inv.arg(liveness_ms).arg(publish);
+            for (spec, field) in chunk {
+                let k = &spec.keys;
+                inv.key(&k.name).key(&k.queue).key(&k.deadlines);
+                inv.arg(*field).arg(&k.channel);
+            }
+            inv
+        })
+        .collect();
+    let replies = pipelined(conn, &scripts::FAIR_HEARTBEAT, &invocations).await?;
+    Ok(replies
+        .into_iter()
+        .flatten()
+        .map(|code| match code {
+            1 => Beat::HeadOfFreeLock,
+            2 => Beat::Dropped,
+            3 => Beat::Second,
+            _ => Beat::Queued,
+        })
+        .collect())
+}

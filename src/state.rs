@@ -1,0 +1,112 @@
+//! Inspection types: what `state()` reports about a lock, whoever holds it (Java clients too).
+
+use std::time::Duration;
+
+use crate::ops::RawState;
+
+/// A snapshot of one lock, read atomically.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockState {
+    /// Who holds it, if anyone. Normally one owner; a foreign writer could leave more.
+    pub owners: Vec<Owner>,
+    /// Time to live of the lock; `None` when it is not held or has no expiry.
+    pub ttl: Option<Duration>,
+    /// Fair waiters in queue order (always empty for a non-fair lock).
+    pub queue: Vec<QueuedWaiter>,
+}
+
+impl LockState {
+    /// Whether anyone holds the lock.
+    pub fn is_locked(&self) -> bool {
+        !self.owners.is_empty()
+    }
+
+    pub(crate) fn from_raw(raw: RawState) -> Self {
+        LockState {
+            owners: raw
+                .owners
+                .into_iter()
+                .map(|(field, holds)| Owner {
+                    field,
+                    holds: holds.max(0) as u64,
+                })
+                .collect(),
+            ttl: (raw.pttl_ms >= 0).then(|| Duration::from_millis(raw.pttl_ms as u64)),
+            queue: raw
+                .waiters
+                .into_iter()
+                .map(|(field, deadline)| QueuedWaiter {
+                    field,
+                    deadline_ms: (deadline >= 0).then_some(deadline),
+                    expires_in: (deadline >= 0).then(|| {
+                        Duration::from_millis(deadline.saturating_sub(raw.now_ms).max(0) as u64)
+                    }),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One owner record of a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Owner {
+    /// The owner field, `<client uuid>:<holder id>` (Java: the thread id).
+    pub field: String,
+    /// Reentrant hold count.
+    pub holds: u64,
+}
+
+impl Owner {
+    /// The client-instance part of the field (everything before the last `:`).
+    pub fn client_id(&self) -> &str {
+        self.field.rsplit_once(':').map_or(&self.field, |(c, _)| c)
+    }
+
+    /// The holder id (after the last `:`), when it is a number.
+    pub fn holder_id(&self) -> Option<i64> {
+        self.field.rsplit_once(':')?.1.parse().ok()
+    }
+}
+
+/// One queued fair waiter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueuedWaiter {
+    /// The waiter's owner field.
+    pub field: String,
+    /// Its deadline in Unix epoch milliseconds (server clock), if it has one.
+    pub deadline_ms: Option<i64>,
+    /// Time until that deadline, by the server clock at the snapshot.
+    pub expires_in: Option<Duration>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_raw_state() {
+        let s = LockState::from_raw(RawState {
+            now_ms: 1000,
+            pttl_ms: 250,
+            owners: vec![("abc-def:7".into(), 2)],
+            waiters: vec![("x:1".into(), 1500), ("y:-2".into(), -1)],
+        });
+        assert!(s.is_locked());
+        assert_eq!(s.ttl, Some(Duration::from_millis(250)));
+        assert_eq!(s.owners[0].client_id(), "abc-def");
+        assert_eq!(s.owners[0].holder_id(), Some(7));
+        assert_eq!(s.queue[0].expires_in, Some(Duration::from_millis(500)));
+        assert_eq!(s.queue[1].deadline_ms, None);
+        let free = LockState::from_raw(RawState {
+            now_ms: 0,
+            pttl_ms: -2,
+            owners: vec![],
+            waiters: vec![],
+        });
+        assert!(!free.is_locked());
+        assert_eq!(free.ttl, None);
+    }
+}

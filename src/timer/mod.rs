@@ -1,0 +1,530 @@
+//! The client's driver task: one per client, one hashed timing wheel, all background work.
+//!
+//! It owns the wheel ([`wheel::Wheel`], a pure data structure over ticks) and turns monotonic time
+//! into ticks. Work arrives over an unbounded channel from lock handles, guards and dropped futures
+//! (so `Drop` never does I/O), and from the driver's own I/O tasks reporting back:
+//!
+//! * watchdog renewals for held locks taken without a lease, every `watchdog_timeout / 3`; all
+//!   renewals due in one tick go out together, up to `batch_size` locks per script call and every
+//!   call of the tick pipelined in one round trip;
+//! * the local validity deadline of every held lock (send time of the last successful acquire or
+//!   renewal + lease − drift), at which the holder is told the lock is lost even if renewals stall;
+//! * deadline heartbeats for fair waiters that are still waiting, batched the same way;
+//! * the give-up and release work handed over by dropped futures and guards.
+//!
+//! The driver never awaits Redis itself: I/O runs in spawned tasks that report back, so one slow
+//! round trip never delays a timer. It ends when the client (every handle and guard) is gone.
+
+pub(crate) mod wheel;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use redis::RedisError;
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::conn::Conn;
+use crate::error::Result;
+use crate::guard::{unlock_hold, Held, LostReason};
+use crate::ops::{self, AcquireArgs, Attempt, Beat, LockSpec, Mode};
+use wheel::{TimerHandle, Wheel};
+
+/// The drift margin subtracted from a lease before the local validity deadline: 1 % + 2 ms, as
+/// Redlock uses for clock drift between client and server.
+pub(crate) fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// A fair waiter the driver keeps alive in the queue while its future waits.
+#[derive(Debug)]
+pub(crate) struct WaiterBeat {
+    pub(crate) spec: Arc<LockSpec>,
+    pub(crate) field: Arc<str>,
+    /// The waiter's wake-up (shared with its subscription).
+    pub(crate) notify: Arc<Notify>,
+}
+
+/// Work for the driver.
+pub(crate) enum Work {
+    /// A hold was taken (fresh or reentrant), with the send time of the acquire script.
+    Acquired {
+        held: Arc<Held>,
+        sent: Instant,
+        lease_ms: i64,
+    },
+    /// The last local hold of an entry was released with `unlock()`: stop its timers.
+    Forget { id: u64 },
+    /// A guard was dropped: release one hold in the background (and forget it if it was the last).
+    Release { held: Arc<Held> },
+    /// A fair waiter started waiting: heartbeat it while it is alive.
+    Waiter(Arc<WaiterBeat>),
+    /// A fair waiter stopped waiting without cleaning up itself.
+    GiveUp {
+        spec: Arc<LockSpec>,
+        field: Arc<str>,
+    },
+    /// A waiting future was dropped while an acquire attempt was in flight: settle its outcome
+    /// (release what it took, or leave the queue).
+    Abandoned {
+        attempt: JoinHandle<Result<Attempt>>,
+        args: AcquireArgs,
+    },
+    /// Renewal replies for the listed entries (sent at `sent`).
+    Renewed {
+        ids: Vec<u64>,
+        sent: Instant,
+        result: Result<Vec<bool>, RedisError>,
+    },
+    /// Heartbeat replies for the listed waiters.
+    Beaten {
+        waiters: Vec<Weak<WaiterBeat>>,
+        result: Result<Vec<Beat>, RedisError>,
+    },
+    /// Stop every timer and end the task.
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// Handle on the driver task.
+#[derive(Debug, Clone)]
+pub(crate) struct DriverHandle {
+    tx: mpsc::UnboundedSender<Work>,
+}
+
+impl DriverHandle {
+    /// Starts the driver. It holds no strong reference to the client.
+    pub(crate) fn start(conn: Conn, config: &Config) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let driver = Driver {
+            conn,
+            watchdog: config.watchdog_timeout,
+            liveness: config.waiter_liveness,
+            tick: config.timer_tick,
+            batch: config.batch_size,
+            rx,
+            self_tx: tx.downgrade(),
+            wheel: Wheel::new(config.timer_slots),
+            start: Instant::now(),
+            helds: HashMap::new(),
+        };
+        tokio::spawn(driver.run());
+        DriverHandle { tx }
+    }
+
+    /// Hands work to the driver. Never blocks; silently dropped once the driver has ended.
+    pub(crate) fn send(&self, work: Work) {
+        let _ = self.tx.send(work);
+    }
+}
+
+impl std::fmt::Debug for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            Work::Acquired { .. } => "Acquired",
+            Work::Forget { .. } => "Forget",
+            Work::Release { .. } => "Release",
+            Work::Waiter(_) => "Waiter",
+            Work::GiveUp { .. } => "GiveUp",
+            Work::Abandoned { .. } => "Abandoned",
+            Work::Renewed { .. } => "Renewed",
+            Work::Beaten { .. } => "Beaten",
+            Work::Shutdown(_) => "Shutdown",
+        };
+        f.write_str(name)
+    }
+}
+
+#[derive(Debug)]
+enum Timer {
+    Renew(u64),
+    Validity(u64),
+    Heartbeat(Weak<WaiterBeat>),
+}
+
+/// The driver's view of one held entry.
+#[derive(Debug)]
+struct HeldEntry {
+    held: Weak<Held>,
+    watchdog: bool,
+    renew: Option<TimerHandle>,
+    validity: Option<TimerHandle>,
+    failures: u8,
+    in_flight: bool,
+}
+
+struct Driver {
+    conn: Conn,
+    watchdog: Duration,
+    liveness: Duration,
+    tick: Duration,
+    batch: usize,
+    rx: mpsc::UnboundedReceiver<Work>,
+    self_tx: mpsc::WeakUnboundedSender<Work>,
+    wheel: Wheel<Timer>,
+    start: Instant,
+    helds: HashMap<u64, HeldEntry>,
+}
+
+impl Driver {
+    async fn run(mut self) {
+        let mut due = Vec::new();
+        loop {
+            let next_tick = (!self.wheel.is_empty())
+                .then(|| self.start + self.tick * (self.wheel.current_tick() as u32 + 1));
+            tokio::select! {
+                work = self.rx.recv() => match work {
+                    None => break,
+                    Some(Work::Shutdown(done)) => {
+                        self.shutdown();
+                        let _ = done.send(());
+                        break;
+                    }
+                    Some(work) => self.handle(work),
+                },
+                _ = sleep_until_opt(next_tick), if next_tick.is_some() => {
+                    let now = self.tick_of(Instant::now());
+                    self.wheel.advance(now, &mut due);
+                    self.fire(&mut due);
+                }
+            }
+        }
+    }
+
+    /// The tick an instant falls in (rounded down, so deadlines fire early rather than late).
+    fn tick_of(&self, at: Instant) -> u64 {
+        let since = at.saturating_duration_since(self.start);
+        (since.as_nanos() / self.tick.as_nanos().max(1)) as u64
+    }
+
+    /// The first point of a grid of `step` (anchored at the driver's start) at or after
+    /// `earliest + step / 2`. Renewals and heartbeats are scheduled on such grids so that every
+    /// entry of one kind comes due in the same tick and goes out in one batch, however the
+    /// acquisitions were spread: after its first cycle, each entry fires on every grid point.
+    /// The wait is between half a step and one and a half steps.
+    fn next_grid(&self, earliest: Instant, step: Duration) -> Instant {
+        let since = (earliest + step / 2).saturating_duration_since(self.start);
+        let step_ns = step.as_nanos().max(1);
+        let k = since.as_nanos().div_ceil(step_ns);
+        self.start + Duration::from_nanos((k * step_ns).min(u64::MAX as u128) as u64)
+    }
+
+    fn schedule(&mut self, at: Instant, timer: Timer) -> TimerHandle {
+        let tick = self.tick_of(at);
+        self.wheel.insert(tick, timer)
+    }
+
+    fn handle(&mut self, work: Work) {
+        match work {
+            Work::Acquired {
+                held,
+                sent,
+                lease_ms,
+            } => self.on_acquired(&held, sent, lease_ms),
+            Work::Forget { id } => self.forget(id),
+            Work::Release { held } => {
+                if held.is_released() {
+                    self.forget(held.id);
+                }
+                tokio::spawn(async move {
+                    let _ = unlock_hold(&held).await;
+                });
+            }
+            Work::Waiter(waiter) => {
+                let at = self.next_grid(Instant::now(), self.liveness / 3);
+                self.schedule(at, Timer::Heartbeat(Arc::downgrade(&waiter)));
+            }
+            Work::GiveUp { spec, field } => {
+                let mut conn = self.conn.clone();
+                tokio::spawn(async move { give_up_logged(&mut conn, &spec, &field).await });
+            }
+            Work::Abandoned { attempt, args } => {
+                let mut conn = self.conn.clone();
+                tokio::spawn(async move { settle_abandoned(&mut conn, attempt, args).await });
+            }
+            Work::Renewed { ids, sent, result } => self.on_renewed(ids, sent, result),
+            Work::Beaten { waiters, result } => match result {
+                Ok(beats) => {
+                    for (waiter, beat) in waiters.iter().zip(beats) {
+                        if beat != Beat::Queued {
+                            if let Some(w) = waiter.upgrade() {
+                                tracing::debug!(
+                                    lock = w.spec.name(),
+                                    field = &*w.field,
+                                    ?beat,
+                                    "heartbeat wakes waiter"
+                                );
+                                w.notify.notify_one();
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, waiters = waiters.len(), "waiter heartbeat failed")
+                }
+            },
+            Work::Shutdown(_) => unreachable!("handled in run"),
+        }
+    }
+
+    fn on_acquired(&mut self, held: &Arc<Held>, sent: Instant, lease_ms: i64) {
+        let lease = Duration::from_millis(lease_ms as u64);
+        let validity_at = sent + lease.saturating_sub(drift(lease));
+        let renew_at = self.next_grid(Instant::now(), self.watchdog / 3);
+        let id = held.id;
+        let entry = self.helds.entry(id).or_insert_with(|| HeldEntry {
+            held: Arc::downgrade(held),
+            watchdog: held.watchdog,
+            renew: None,
+            validity: None,
+            failures: 0,
+            in_flight: false,
+        });
+        let needs_renew = entry.watchdog && entry.renew.is_none();
+        let old_validity = entry.validity.take();
+        if let Some(h) = old_validity {
+            self.wheel.cancel(h);
+        }
+        let validity = self.schedule(validity_at, Timer::Validity(id));
+        let renew = needs_renew.then(|| self.schedule(renew_at, Timer::Renew(id)));
+        if let Some(entry) = self.helds.get_mut(&id) {
+            entry.validity = Some(validity);
+            if renew.is_some() {
+                entry.renew = renew;
+            }
+        }
+    }
+
+    fn forget(&mut self, id: u64) {
+        if let Some(entry) = self.helds.remove(&id) {
+            for h in [entry.renew, entry.validity].into_iter().flatten() {
+                self.wheel.cancel(h);
+            }
+        }
+    }
+
+    /// Handles every timer that came due in one tick; renewals and heartbeats are batched.
+    fn fire(&mut self, due: &mut Vec<(u64, Timer)>) {
+        let now = Instant::now();
+        let mut renew_ids = Vec::new();
+        let mut beats = Vec::new();
+        for (_, timer) in due.drain(..) {
+            match timer {
+                Timer::Renew(id) => {
+                    let Some(entry) = self.helds.get_mut(&id) else {
+                        continue;
+                    };
+                    entry.renew = None;
+                    let held = match entry.held.upgrade() {
+                        Some(h) if !h.is_released() && h.lost_reason().is_none() => h,
+                        _ => {
+                            self.forget(id);
+                            continue;
+                        }
+                    };
+                    drop(held);
+                    if !entry.in_flight {
+                        entry.in_flight = true;
+                        renew_ids.push(id);
+                    }
+                    let handle =
+                        self.schedule(self.next_grid(now, self.watchdog / 3), Timer::Renew(id));
+                    if let Some(entry) = self.helds.get_mut(&id) {
+                        entry.renew = Some(handle);
+                    }
+                }
+                Timer::Validity(id) => {
+                    let Some(entry) = self.helds.get_mut(&id) else {
+                        continue;
+                    };
+                    entry.validity = None;
+                    if let Some(held) = entry.held.upgrade() {
+                        if !held.is_released() {
+                            held.mark_lost(if entry.watchdog {
+                                LostReason::ValidityExpired
+                            } else {
+                                LostReason::LeaseExpired
+                            });
+                        }
+                    }
+                    self.forget(id);
+                }
+                Timer::Heartbeat(weak) => {
+                    if weak.strong_count() > 0 {
+                        self.schedule(
+                            self.next_grid(now, self.liveness / 3),
+                            Timer::Heartbeat(weak.clone()),
+                        );
+                        beats.push(weak);
+                    }
+                }
+            }
+        }
+        if !renew_ids.is_empty() {
+            self.send_renewals(renew_ids);
+        }
+        if !beats.is_empty() {
+            self.send_heartbeats(beats);
+        }
+    }
+
+    fn send_renewals(&mut self, ids: Vec<u64>) {
+        let mut items: Vec<(Arc<Held>, u64)> = Vec::with_capacity(ids.len());
+        let mut gone = Vec::new();
+        for id in ids {
+            match self.helds.get(&id).and_then(|e| e.held.upgrade()) {
+                Some(h) => items.push((h, id)),
+                None => gone.push(id),
+            }
+        }
+        for id in gone {
+            self.forget(id);
+        }
+        let Some(tx) = self.self_tx.upgrade() else {
+            return;
+        };
+        let mut conn = self.conn.clone();
+        let ttl_ms = self.watchdog.as_millis() as i64;
+        let batch = self.batch;
+        tracing::debug!(locks = items.len(), "renewing");
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let pairs: Vec<(&str, &str)> =
+                items.iter().map(|(h, _)| (h.name(), &*h.field)).collect();
+            let result = ops::renew(&mut conn, &pairs, ttl_ms, batch).await;
+            drop(pairs);
+            let ids = items.iter().map(|(_, id)| *id).collect();
+            drop(items);
+            let _ = tx.send(Work::Renewed { ids, sent, result });
+        });
+    }
+
+    fn on_renewed(&mut self, ids: Vec<u64>, sent: Instant, result: Result<Vec<bool>, RedisError>) {
+        match result {
+            Ok(renewed) => {
+                for (id, ok) in ids.into_iter().zip(renewed) {
+                    let Some(entry) = self.helds.get_mut(&id) else {
+                        continue;
+                    };
+                    entry.in_flight = false;
+                    let Some(held) = entry.held.upgrade() else {
+                        self.forget(id);
+                        continue;
+                    };
+                    if held.is_released() {
+                        // Released while the renewal was in flight: its reply means nothing.
+                        self.forget(id);
+                    } else if ok {
+                        entry.failures = 0;
+                        let old = entry.validity.take();
+                        if let Some(h) = old {
+                            self.wheel.cancel(h);
+                        }
+                        let validity = self.schedule(
+                            sent + self.watchdog - drift(self.watchdog),
+                            Timer::Validity(id),
+                        );
+                        if let Some(entry) = self.helds.get_mut(&id) {
+                            entry.validity = Some(validity);
+                        }
+                        tracing::trace!(lock = held.name(), "renewed");
+                    } else {
+                        held.mark_lost(LostReason::Gone);
+                        self.forget(id);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, locks = ids.len(), "lock renewal failed");
+                for id in ids {
+                    let Some(entry) = self.helds.get_mut(&id) else {
+                        continue;
+                    };
+                    entry.in_flight = false;
+                    entry.failures = entry.failures.saturating_add(1);
+                    if entry.failures >= 2 {
+                        if let Some(held) = entry.held.upgrade() {
+                            if !held.is_released() {
+                                held.mark_lost(LostReason::RenewalFailed);
+                            }
+                        }
+                        self.forget(id);
+                    }
+                }
+            }
+        }
+    }
+
+    fn send_heartbeats(&mut self, waiters: Vec<Weak<WaiterBeat>>) {
+        let live: Vec<Arc<WaiterBeat>> = waiters.iter().filter_map(Weak::upgrade).collect();
+        if live.is_empty() {
+            return;
+        }
+        let Some(tx) = self.self_tx.upgrade() else {
+            return;
+        };
+        let mut conn = self.conn.clone();
+        let liveness_ms = self.liveness.as_millis() as i64;
+        let batch = self.batch;
+        tokio::spawn(async move {
+            let items: Vec<(&LockSpec, &str)> =
+                live.iter().map(|w| (&*w.spec, &*w.field)).collect();
+            let result = ops::heartbeat(&mut conn, &items, liveness_ms, batch).await;
+            drop(items);
+            let waiters = live.iter().map(Arc::downgrade).collect();
+            drop(live);
+            let _ = tx.send(Work::Beaten { waiters, result });
+        });
+    }
+
+    fn shutdown(&mut self) {
+        for (_, entry) in self.helds.drain() {
+            if let Some(held) = entry.held.upgrade() {
+                held.mark_lost(LostReason::Shutdown);
+            }
+        }
+        let mut all = Vec::new();
+        self.wheel.advance(u64::MAX, &mut all);
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at.into()).await;
+    }
+}
+
+async fn give_up_logged(conn: &mut Conn, spec: &LockSpec, field: &str) {
+    match ops::give_up(conn, spec, field).await {
+        Ok(removed) => tracing::debug!(lock = spec.name(), field, removed, "gave up waiting"),
+        Err(e) => tracing::warn!(lock = spec.name(), field, error = %e,
+            "give-up failed; the waiter is purged when its liveness window lapses"),
+    }
+}
+
+/// Settles an acquire attempt whose caller stopped waiting while it was in flight.
+async fn settle_abandoned(
+    conn: &mut Conn,
+    attempt: JoinHandle<Result<Attempt>>,
+    args: AcquireArgs,
+) {
+    let spec = &args.spec;
+    match attempt.await {
+        Ok(Ok(Attempt::Acquired { .. })) => {
+            // Granted after the caller left: give the hold straight back.
+            match ops::unlock(conn, spec, &args.field, args.lease_ms).await {
+                Ok(outcome) => tracing::debug!(
+                    lock = spec.name(),
+                    field = &*args.field,
+                    ?outcome,
+                    "released a lock granted to a cancelled waiter"
+                ),
+                Err(e) => tracing::warn!(lock = spec.name(), field = &*args.field, error = %e,
+                    "could not release a lock granted to a cancelled waiter; it expires with its lease"),
+            }
+        }
+        _ if args.mode == Mode::Try => {}
+        _ => give_up_logged(conn, spec, &args.field).await,
+    }
+}
