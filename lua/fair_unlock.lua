@@ -1,17 +1,22 @@
--- Fair lock: release one hold (PROTOCOL 4 unlock).
+-- Fair lock: release one hold (PROTOCOL 4 unlock), idempotent per request id.
 --
--- KEYS[1] owner hash NAME, KEYS[2] waiter queue, KEYS[3] deadline zset
+-- KEYS[1] owner hash NAME, KEYS[2] waiter queue, KEYS[3] deadline zset, KEYS[4] unlock latch key
 -- ARGV[1] lease in ms, re-applied when holds remain (the lease the lock was taken with)
 -- ARGV[2] owner field
--- ARGV[3] publish command, ARGV[4] release channel of this lock
+-- ARGV[3] publish command, ARGV[4] release channel of this lock, ARGV[5] latch lifetime (ms)
 --
 -- Reply: 1 released (the head, if any, was told), 0 still held (one hold fewer),
 --        2 the lock no longer existed (expired; treated as released, as RFairLock does, and the head
 --          is told so a free lock never has a sleeping head), -1 held by someone else (not ours).
 
-local name, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
+local name, queue, deadlines, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lease, field = tonumber(ARGV[1]), ARGV[2]
-local publish_cmd, channel_prefix = ARGV[3], ARGV[4]
+local publish_cmd, channel_prefix, latch_ms = ARGV[3], ARGV[4], tonumber(ARGV[5])
+
+local seen = latched_outcome(latch)
+if seen then
+  return seen
+end
 
 purge_stale_head(queue, deadlines, server_now_ms())
 
@@ -26,9 +31,9 @@ end
 
 if redis.call('HINCRBY', name, field, -1) > 0 then
   redis.call('PEXPIRE', name, lease)
-  return 0
+  return remember_outcome(latch, 0, latch_ms)
 end
 
 redis.call('DEL', name)
 wake_head_if_free(name, queue, publish_cmd, channel_prefix, nil)
-return 1
+return remember_outcome(latch, 1, latch_ms)

@@ -20,7 +20,7 @@ use tracing::Instrument;
 use crate::client::Inner;
 use crate::error::{duration_ms, Error, Result};
 use crate::guard::LockGuard;
-use crate::ops::{self, AcquireArgs, Attempt, LockSpec, Mode};
+use crate::ops::{self, AcquireArgs, Attempt, Kind, LockSpec, Mode};
 use crate::subscriber::Subscription;
 use crate::timer::{WaiterBeat, Work};
 
@@ -79,6 +79,7 @@ pub(crate) async fn acquire(
         in_flight: None,
         queued: false,
         subscription: None,
+        zero_wait: req.wait == Some(Duration::ZERO),
         beat: None,
     };
     async move { waiter.run(deadline, req.lease.is_none()).await }
@@ -109,6 +110,8 @@ struct Waiter {
     /// We may be in the fair queue (set before the first attempt that can enqueue).
     queued: bool,
     subscription: Option<Subscription>,
+    /// A zero wait: the first failed attempt ends the call.
+    zero_wait: bool,
     /// Kept alive while we wait; the driver heartbeats it through a `Weak`.
     beat: Option<Arc<WaiterBeat>>,
 }
@@ -136,9 +139,11 @@ impl Waiter {
                     tracing::debug!(waited = ?sent.elapsed(), "acquired");
                     return Ok(Some(LockGuard::new(held, token)));
                 }
-                Attempt::Waiting { .. } if self.args.mode == Mode::Try => return Ok(None),
+                Attempt::Waiting { .. } if self.zero_wait => return Ok(None),
                 Attempt::Waiting { hint_ms } => {
-                    self.args.mode = Mode::Requeue;
+                    if self.args.spec.kind == Kind::Fair {
+                        self.args.mode = Mode::Requeue;
+                    }
                     if self.subscription.is_none() {
                         self.start_waiting().await?;
                         // Re-check now that a release can no longer slip past us.
@@ -178,7 +183,7 @@ impl Waiter {
 
     /// Sends one attempt from a spawned task and waits for it.
     async fn attempt(&mut self) -> Result<Attempt> {
-        if self.args.mode != Mode::Try {
+        if self.args.spec.kind == Kind::Fair && self.args.mode != Mode::Try {
             self.queued = true;
         }
         let mut conn = self.inner.conn.clone();
@@ -194,15 +199,17 @@ impl Waiter {
 
     /// Subscribes to our wake-up channel and starts our heartbeat.
     async fn start_waiting(&mut self) -> Result<()> {
-        let channel = self.args.spec.keys.waiter_channel(&self.args.field);
+        let channel = self.args.spec.wake_channel(&self.args.field);
         let subscription = self.inner.subscriber.subscribe(channel).await?;
-        let beat = Arc::new(WaiterBeat {
-            spec: self.args.spec.clone(),
-            field: self.args.field.clone(),
-            notify: subscription.notify().clone(),
-        });
-        self.inner.driver.send(Work::Waiter(beat.clone()));
-        self.beat = Some(beat);
+        if self.args.spec.kind == Kind::Fair {
+            let beat = Arc::new(WaiterBeat {
+                spec: self.args.spec.clone(),
+                field: self.args.field.clone(),
+                notify: subscription.notify().clone(),
+            });
+            self.inner.driver.send(Work::Waiter(beat.clone()));
+            self.beat = Some(beat);
+        }
         self.subscription = Some(subscription);
         Ok(())
     }
@@ -220,6 +227,10 @@ impl Waiter {
 
 impl Drop for Waiter {
     fn drop(&mut self) {
+        // (Waiters of a non-fair lock share one channel, and each message wakes one of them. A
+        // wake-up is never lost by dropping a waiter: an unconsumed one is passed on by tokio's
+        // `Notified` drop, and after a consumed one the next await is an attempt, whose outcome the
+        // driver settles: a late grant is released, which publishes the next wake-up.)
         // No I/O here: the driver settles whatever we leave behind.
         if let Some(attempt) = self.in_flight.take() {
             self.inner.driver.send(Work::Abandoned {

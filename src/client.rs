@@ -11,6 +11,7 @@ use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::fair::FairLock;
 use crate::guard::{unlock_hold, Holds, LostReason};
+use crate::lock::Lock;
 use crate::subscriber::Subscriber;
 use crate::timer::{DriverHandle, Work};
 
@@ -119,6 +120,12 @@ impl Client {
     /// no I/O; an invalid name is reported by the first operation as [`Error::InvalidName`].
     pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
         FairLock::new(self.clone(), name.into())
+    }
+
+    /// A non-fair lock handle on `name`, in Redisson's `RLock` layout. No I/O; an invalid name is
+    /// reported by the first operation.
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.clone(), name.into())
     }
 
     /// Whether [`shutdown`](Self::shutdown) has been called.

@@ -1,18 +1,13 @@
 //! [`FairLock`]: the public face of the fair lock. The engine is in `acquire.rs`, the scripts in
 //! `lua/fair_*.lua`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use redis::AsyncCommands;
-
-use crate::acquire::{acquire, Request};
 use crate::client::Client;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::holder;
-use crate::keys;
-use crate::ops::{self, Kind, LockSpec};
+use crate::handle::Handle;
+use crate::ops::Kind;
 use crate::state::LockState;
 
 /// A fair, reentrant distributed lock: waiters are granted the lock **in the order they arrived at
@@ -42,6 +37,13 @@ use crate::state::LockState;
 /// * **Pauses longer than the lease**: a holder stalled (GC, swap, a stopped VM) past its lease
 ///   may still believe it holds the lock. Use [`fenced`](Self::fenced) tokens at the protected
 ///   resource when that matters.
+///
+/// # Which lock should you use?
+///
+/// * [`FairLock`] when waiting order matters (no starvation, predictable latency under
+///   contention) or a Java service uses `RFairLock` on the same name.
+/// * [`Lock`](crate::Lock) when order does not matter or a Java service uses `RLock`: one key per
+///   lock, slightly cheaper, but a releasing client can re-acquire before a waiter elsewhere.
 /// * **Java waiters' deadlines** are computed from the Java client's clock, and Redisson purges a
 ///   live Java waiter that waits longer than its wait timeout (5 minutes by default); fairlock's
 ///   own waiters use the server clock and heartbeats and are never purged while alive.
@@ -66,114 +68,60 @@ use crate::state::LockState;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
-pub struct FairLock {
-    client: Client,
-    name: String,
-    spec: std::result::Result<Arc<LockSpec>, &'static str>,
-    holder: Option<i64>,
-    fenced: bool,
-}
+pub struct FairLock(Handle);
 
 impl FairLock {
     pub(crate) fn new(client: Client, name: String) -> Self {
-        let cluster = client.inner.conn.is_cluster();
-        let spec = match keys::validate(&name, cluster) {
-            Ok(()) => Ok(LockSpec::new(Kind::Fair, &name)),
-            Err(Error::InvalidName { reason, .. }) => Err(reason),
-            Err(_) => Err("invalid name"),
-        };
-        FairLock {
-            client,
-            name,
-            spec,
-            holder: None,
-            fenced: false,
-        }
+        FairLock(Handle::new(client, name, Kind::Fair))
     }
 
     /// The lock's name (also the Redis key of its owner hash).
     pub fn name(&self) -> &str {
-        &self.name
+        self.0.name()
     }
 
     /// Acts as holder `id` instead of the current tokio task: every handle with the same id (in this
     /// client) is the same holder, so it re-enters instead of waiting. Useful for blocking code, or
     /// to let several tasks share one hold.
     pub fn holder(mut self, id: i64) -> Self {
-        self.holder = Some(id);
+        self.0.set_holder(id);
         self
     }
 
     /// Makes every acquisition through this handle (re-entries too) increment the lock's fencing
     /// counter `redisson_lock_token:{NAME}` atomically with the grant; the guard's
-    /// [`fencing_token`](LockGuard::fencing_token) is the new value.
-    ///
-    /// Tokens strictly increase across holders, clients and processes. Pass the token with every
-    /// write to the protected resource and have the resource reject a token lower than the highest
-    /// it has seen: a holder that was paused longer than its lease, and lost the lock meanwhile,
-    /// then writes with a stale token and is refused.
+    /// [`fencing_token`](LockGuard::fencing_token) is the new value. See the crate docs on
+    /// [fencing](crate#fencing-tokens) for how to use it at the protected resource.
     pub fn fenced(mut self) -> Self {
-        self.fenced = true;
+        self.0.set_fenced();
         self
-    }
-
-    fn spec(&self) -> Result<&Arc<LockSpec>> {
-        self.spec.as_ref().map_err(|reason| Error::InvalidName {
-            name: self.name.clone(),
-            reason,
-        })
-    }
-
-    fn holder_id(&self) -> i64 {
-        self.holder.unwrap_or_else(holder::current)
-    }
-
-    async fn acquire(
-        &self,
-        wait: Option<Duration>,
-        lease: Option<Duration>,
-    ) -> Result<Option<LockGuard>> {
-        let spec = self.spec()?;
-        let req = Request {
-            holder: self.holder_id(),
-            wait,
-            lease,
-            fenced: self.fenced,
-        };
-        acquire(&self.client.inner, spec, req).await
     }
 
     /// Waits as long as it takes, then holds the lock with the watchdog renewing it (every third
     /// of the watchdog timeout, 30 s by default) until the guard is released or dropped.
     ///
     /// # Errors
-    /// [`Error::InvalidName`], [`Error::Redis`] when Redis fails (the waiter leaves the queue),
-    /// [`Error::Shutdown`].
+    /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis)
+    /// when Redis fails (the waiter leaves the queue), [`Error::Shutdown`](crate::Error::Shutdown).
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future gives up its place in the queue (from the background, with
     /// no I/O in `Drop`) and wakes the next waiter; if the lock was granted after the caller
     /// stopped waiting, it is released again.
     pub async fn lock(&self) -> Result<LockGuard> {
-        match self.acquire(None, None).await? {
-            Some(guard) => Ok(guard),
-            None => unreachable!("an unbounded wait never times out"),
-        }
+        self.0.acquire_unbounded(None).await
     }
 
     /// Waits as long as it takes, then holds the lock for at most `lease` (never renewed).
     ///
     /// # Errors
-    /// As [`lock`](Self::lock); [`Error::InvalidArgument`] for a lease under 1 ms or beyond `i64`
-    /// milliseconds.
+    /// As [`lock`](Self::lock); [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
+    /// lease under 1 ms or beyond `i64` milliseconds.
     ///
     /// # Cancel safety
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        match self.acquire(None, Some(lease)).await? {
-            Some(guard) => Ok(guard),
-            None => unreachable!("an unbounded wait never times out"),
-        }
+        self.0.acquire_unbounded(Some(lease)).await
     }
 
     /// Waits at most `wait` for the lock. `lease: None` holds it with the watchdog; `Some(lease)`
@@ -184,8 +132,9 @@ impl FairLock {
     /// also while Redis is unreachable: then with the Redis error.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a zero lease or a duration beyond `i64` milliseconds,
-    /// [`Error::InvalidName`], [`Error::Redis`], [`Error::Shutdown`].
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero lease or a duration
+    /// beyond `i64` milliseconds, [`Error::InvalidName`](crate::Error::InvalidName),
+    /// [`Error::Redis`](crate::Error::Redis), [`Error::Shutdown`](crate::Error::Shutdown).
     ///
     /// # Cancel safety
     /// Cancel safe, as [`lock`](Self::lock).
@@ -194,18 +143,17 @@ impl FairLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        self.acquire(Some(wait), lease).await
+        self.0.acquire(Some(wait), lease).await
     }
 
     /// Deletes the lock whoever holds it and wakes the next waiter. Returns whether it was held.
-    /// The former holder's guard learns it at its next renewal ([`LostReason::Gone`](crate::LostReason::Gone)).
+    /// The former holder's guard learns it at its next renewal
+    /// ([`LostReason::Gone`](crate::LostReason::Gone)).
     ///
     /// # Cancel safety
     /// The delete may or may not have happened when the future is dropped.
     pub async fn force_unlock(&self) -> Result<bool> {
-        let spec = self.spec()?;
-        let mut conn = self.client.inner.conn.clone();
-        ops::force_unlock(&mut conn, spec).await
+        self.0.force_unlock().await
     }
 
     /// Whether anyone holds the lock.
@@ -213,9 +161,7 @@ impl FairLock {
     /// # Cancel safety
     /// Cancel safe (a read).
     pub async fn is_locked(&self) -> Result<bool> {
-        let spec = self.spec()?;
-        let mut conn = self.client.inner.conn.clone();
-        Ok(conn.exists(spec.name()).await?)
+        self.0.is_locked().await
     }
 
     /// How many holds this handle's holder has on the lock (0 when it holds none).
@@ -223,11 +169,7 @@ impl FairLock {
     /// # Cancel safety
     /// Cancel safe (a read).
     pub async fn hold_count(&self) -> Result<u32> {
-        let spec = self.spec()?;
-        let field = self.client.inner.field(self.holder_id());
-        let mut conn = self.client.inner.conn.clone();
-        let count: Option<i64> = conn.hget(spec.name(), &*field).await?;
-        Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
+        self.0.hold_count().await
     }
 
     /// A snapshot of the lock: owner field and hold count, TTL, and the waiter queue with each
@@ -236,8 +178,6 @@ impl FairLock {
     /// # Cancel safety
     /// Cancel safe (a read).
     pub async fn state(&self) -> Result<LockState> {
-        let spec = self.spec()?;
-        let mut conn = self.client.inner.conn.clone();
-        Ok(LockState::from_raw(ops::state(&mut conn, spec).await?))
+        self.0.state().await
     }
 }

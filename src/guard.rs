@@ -292,7 +292,8 @@ impl LockGuard {
 pub(crate) async fn unlock_hold(held: &Held) -> Result<Unlocked> {
     let mut conn = held.inner.conn.clone();
     let lease_ms = held.lease_ms.load(Ordering::Relaxed);
-    let outcome = ops::unlock(&mut conn, &held.spec, &held.field, lease_ms).await;
+    let timeout = held.inner.config.command_timeout;
+    let outcome = ops::release(&mut conn, &held.spec, &held.field, lease_ms, timeout).await;
     match &outcome {
         Ok(o) => {
             tracing::debug!(lock = held.name(), field = &*held.field, outcome = ?o, "unlocked")

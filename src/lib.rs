@@ -4,6 +4,7 @@
 //! using Redisson (`RFairLock` / `RLock`) on the same lock names.
 //!
 //! * [`FairLock`]: waiters are served in arrival order; only the head of the queue is woken.
+//! * [`Lock`]: Redisson's non-fair `RLock`; one release message wakes one local waiter.
 //! * Reentrant per holder (the current tokio task by default), with a hold count.
 //! * A watchdog renews locks taken without a lease, from one timer wheel per client, batched; the
 //!   holder is told through [`LockGuard::lost`] the moment the lock can no longer be trusted.
@@ -33,6 +34,25 @@
 //! # async fn do_the_work() {}
 //! ```
 //!
+//! # Fencing tokens
+//!
+//! A lock cannot protect against a holder that is paused (GC, swap, a stopped VM) for longer than
+//! its lease: when it wakes up it still believes it holds the lock, while another holder may
+//! already have taken it. Handles made with `.fenced()` hand out a **fencing token** with every
+//! acquisition: the value of `redisson_lock_token:{NAME}`, incremented atomically with the grant,
+//! so tokens strictly increase across holders, clients and processes. Send the token with every
+//! write to the protected resource and have the resource remember the highest token it has
+//! accepted and refuse lower ones; the paused holder's late write then carries a stale token and is
+//! refused.
+//!
+//! ```no_run
+//! # async fn demo(client: fairlock::Client) -> fairlock::Result<()> {
+//! let guard = client.fair_lock("ledger").fenced().lock().await?;
+//! let token = guard.fencing_token().expect("fenced handles always have a token");
+//! // storage.write_if_token_at_least(token, record) ... rejected if a newer holder wrote first
+//! # let _ = token; Ok(()) }
+//! ```
+//!
 //! The wire protocol (keys, fields, channels, messages) is Redisson's; see the repository's
 //! `README.md` for what is shared with Java clients and what fairlock does beyond it.
 
@@ -51,8 +71,10 @@ mod conn;
 mod error;
 mod fair;
 mod guard;
+mod handle;
 mod holder;
 mod keys;
+mod lock;
 mod ops;
 mod scripts;
 mod state;
@@ -67,4 +89,5 @@ pub use config::{
 pub use error::{Error, Result};
 pub use fair::FairLock;
 pub use guard::{LockGuard, LostReason};
+pub use lock::Lock;
 pub use state::{LockState, Owner, QueuedWaiter};

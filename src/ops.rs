@@ -15,6 +15,8 @@ use crate::scripts;
 pub(crate) enum Kind {
     /// `RFairLock`: owner hash plus waiter queue and deadline zset.
     Fair,
+    /// `RLock`: owner hash only; waiters listen on the shared release channel.
+    NonFair,
 }
 
 /// What a handle needs to talk about one lock: its kind and every derived name.
@@ -34,6 +36,15 @@ impl LockSpec {
 
     pub(crate) fn name(&self) -> &str {
         &self.keys.name
+    }
+
+    /// The channel a waiter of this lock listens on: its own per-waiter channel for a fair lock,
+    /// the shared release channel for a non-fair one.
+    pub(crate) fn wake_channel(&self, field: &str) -> String {
+        match self.kind {
+            Kind::Fair => self.keys.waiter_channel(field),
+            Kind::NonFair => self.keys.channel.clone(),
+        }
     }
 }
 
@@ -116,6 +127,16 @@ pub(crate) async fn acquire(conn: &mut Conn, args: &AcquireArgs) -> Result<Attem
                 .invoke_async(conn)
                 .await?
         }
+        Kind::NonFair => {
+            scripts::LOCK_ACQUIRE
+                .key(&keys.name)
+                .key(&keys.token)
+                .arg(args.lease_ms)
+                .arg(&*args.field)
+                .arg(if args.fenced { "1" } else { "0" })
+                .invoke_async(conn)
+                .await?
+        }
     };
     match reply.as_slice() {
         [1, token] => Ok(Attempt::Acquired {
@@ -126,25 +147,43 @@ pub(crate) async fn acquire(conn: &mut Conn, args: &AcquireArgs) -> Result<Attem
     }
 }
 
-/// Releases one hold of `field`.
+/// Releases one hold of `field`. `request` (32 lowercase hex) names this release: sending the same
+/// request again (a retry after a timeout) returns the first outcome instead of releasing twice.
 pub(crate) async fn unlock(
     conn: &mut Conn,
     spec: &LockSpec,
     field: &str,
     lease_ms: i64,
+    request: &str,
+    latch_ms: i64,
 ) -> Result<Unlocked> {
     let keys = &spec.keys;
     let publish = conn.publish_command();
+    let latch = format!("{}:{}", keys.latch_prefix, request);
     let code: i64 = match spec.kind {
         Kind::Fair => {
             scripts::FAIR_UNLOCK
                 .key(&keys.name)
                 .key(&keys.queue)
                 .key(&keys.deadlines)
+                .key(&latch)
                 .arg(lease_ms)
                 .arg(field)
                 .arg(publish)
                 .arg(&keys.channel)
+                .arg(latch_ms)
+                .invoke_async(conn)
+                .await?
+        }
+        Kind::NonFair => {
+            scripts::LOCK_UNLOCK
+                .key(&keys.name)
+                .key(&latch)
+                .arg(lease_ms)
+                .arg(field)
+                .arg(publish)
+                .arg(&keys.channel)
+                .arg(latch_ms)
                 .invoke_async(conn)
                 .await?
         }
@@ -155,6 +194,38 @@ pub(crate) async fn unlock(
         2 => Ok(Unlocked::Expired),
         -1 => Ok(Unlocked::NotOwner),
         other => Err(unexpected("unlock", &Value::Int(other))),
+    }
+}
+
+/// Attempts of one release before giving up (the first plus two retries).
+const RELEASE_ATTEMPTS: usize = 3;
+
+/// Releases one hold, retrying a timed-out or disconnected attempt under the same request id, so
+/// the latch turns a retry of a release that did reach Redis into a no-op. `command_timeout`
+/// bounds each attempt; the latch outlives every retry.
+pub(crate) async fn release(
+    conn: &mut Conn,
+    spec: &LockSpec,
+    field: &str,
+    lease_ms: i64,
+    command_timeout: std::time::Duration,
+) -> Result<Unlocked> {
+    let request = uuid::Uuid::new_v4().simple().to_string();
+    let latch_ms = (command_timeout.as_millis() as i64)
+        .saturating_mul(RELEASE_ATTEMPTS as i64 + 2)
+        .max(1000);
+    let mut attempt = 1;
+    loop {
+        match unlock(conn, spec, field, lease_ms, &request, latch_ms).await {
+            Err(Error::Redis(e))
+                if attempt < RELEASE_ATTEMPTS
+                    && (e.is_timeout() || e.is_connection_dropped() || e.is_io_error()) =>
+            {
+                tracing::debug!(lock = spec.name(), field, error = %e, attempt, "retrying release");
+                attempt += 1;
+            }
+            other => return other,
+        }
     }
 }
 
@@ -185,6 +256,14 @@ pub(crate) async fn force_unlock(conn: &mut Conn, spec: &LockSpec) -> Result<boo
                 .key(&keys.name)
                 .key(&keys.queue)
                 .key(&keys.deadlines)
+                .arg(publish)
+                .arg(&keys.channel)
+                .invoke_async(conn)
+                .await?
+        }
+        Kind::NonFair => {
+            scripts::LOCK_FORCE_UNLOCK
+                .key(&keys.name)
                 .arg(publish)
                 .arg(&keys.channel)
                 .invoke_async(conn)

@@ -1,4 +1,4 @@
-//! The Lua scripts, one per operation, compiled in from `lua/` and run through [`redis::Script`]
+//! The Lua scripts, one per operation (shared prologues joined in front at compile time), compiled in from `lua/` and run through [`redis::Script`]
 //! (EVALSHA first, one NOSCRIPT fallback that loads the script).
 
 use std::sync::LazyLock;
@@ -18,8 +18,13 @@ macro_rules! fair_script {
 
 pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(fair_script!("fair_acquire.lua")));
-pub(crate) static FAIR_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(fair_script!("fair_unlock.lua")));
+pub(crate) static FAIR_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/unlock_latch.lua"),
+        "\n",
+        fair_script!("fair_unlock.lua")
+    ))
+});
 pub(crate) static FAIR_GIVE_UP: LazyLock<Script> =
     LazyLock::new(|| Script::new(fair_script!("fair_give_up.lua")));
 pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<Script> =
@@ -30,3 +35,14 @@ pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
 pub(crate) static STATE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/state.lua")));
+pub(crate) static LOCK_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/lock_acquire.lua")));
+pub(crate) static LOCK_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/unlock_latch.lua"),
+        "\n",
+        include_str!("../lua/lock_unlock.lua")
+    ))
+});
+pub(crate) static LOCK_FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/lock_force_unlock.lua")));

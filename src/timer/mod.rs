@@ -29,7 +29,7 @@ use crate::config::Config;
 use crate::conn::Conn;
 use crate::error::Result;
 use crate::guard::{unlock_hold, Held, LostReason};
-use crate::ops::{self, AcquireArgs, Attempt, Beat, LockSpec, Mode};
+use crate::ops::{self, AcquireArgs, Attempt, Beat, Kind, LockSpec, Mode};
 use wheel::{TimerHandle, Wheel};
 
 /// The drift margin subtracted from a lease before the local validity deadline: 1 % + 2 ms, as
@@ -103,6 +103,7 @@ impl DriverHandle {
             liveness: config.waiter_liveness,
             tick: config.timer_tick,
             batch: config.batch_size,
+            command_timeout: config.command_timeout,
             rx,
             self_tx: tx.downgrade(),
             wheel: Wheel::new(config.timer_slots),
@@ -160,6 +161,7 @@ struct Driver {
     liveness: Duration,
     tick: Duration,
     batch: usize,
+    command_timeout: Duration,
     rx: mpsc::UnboundedReceiver<Work>,
     self_tx: mpsc::WeakUnboundedSender<Work>,
     wheel: Wheel<Timer>,
@@ -241,7 +243,10 @@ impl Driver {
             }
             Work::Abandoned { attempt, args } => {
                 let mut conn = self.conn.clone();
-                tokio::spawn(async move { settle_abandoned(&mut conn, attempt, args).await });
+                let timeout = self.command_timeout;
+                tokio::spawn(
+                    async move { settle_abandoned(&mut conn, attempt, args, timeout).await },
+                );
             }
             Work::Renewed { ids, sent, result } => self.on_renewed(ids, sent, result),
             Work::Beaten { waiters, result } => match result {
@@ -508,12 +513,13 @@ async fn settle_abandoned(
     conn: &mut Conn,
     attempt: JoinHandle<Result<Attempt>>,
     args: AcquireArgs,
+    command_timeout: Duration,
 ) {
     let spec = &args.spec;
     match attempt.await {
         Ok(Ok(Attempt::Acquired { .. })) => {
             // Granted after the caller left: give the hold straight back.
-            match ops::unlock(conn, spec, &args.field, args.lease_ms).await {
+            match ops::release(conn, spec, &args.field, args.lease_ms, command_timeout).await {
                 Ok(outcome) => tracing::debug!(
                     lock = spec.name(),
                     field = &*args.field,
@@ -524,7 +530,7 @@ async fn settle_abandoned(
                     "could not release a lock granted to a cancelled waiter; it expires with its lease"),
             }
         }
-        _ if args.mode == Mode::Try => {}
+        _ if args.mode == Mode::Try || args.spec.kind != Kind::Fair => {}
         _ => give_up_logged(conn, spec, &args.field).await,
     }
 }

@@ -1,0 +1,27 @@
+-- Non-fair lock: release one hold (PROTOCOL 3 unlock), idempotent per request id.
+--
+-- KEYS[1] owner hash NAME, KEYS[2] unlock latch key of this request
+-- ARGV[1] lease in ms, re-applied when holds remain, ARGV[2] owner field
+-- ARGV[3] publish command, ARGV[4] release channel, ARGV[5] how long the latch is kept (ms)
+--
+-- Reply: 1 released (and '0' published on the release channel), 0 still held (one hold fewer),
+--        -1 not ours (someone else holds it, or nobody: an expired RLock is not ours any more).
+
+local name, latch = KEYS[1], KEYS[2]
+local lease, field = tonumber(ARGV[1]), ARGV[2]
+local publish_cmd, channel, latch_ms = ARGV[3], ARGV[4], tonumber(ARGV[5])
+
+local seen = latched_outcome(latch)
+if seen then
+  return seen
+end
+if redis.call('HEXISTS', name, field) == 0 then
+  return -1
+end
+if redis.call('HINCRBY', name, field, -1) > 0 then
+  redis.call('PEXPIRE', name, lease)
+  return remember_outcome(latch, 0, latch_ms)
+end
+redis.call('DEL', name)
+redis.call(publish_cmd, channel, '0')
+return remember_outcome(latch, 1, latch_ms)

@@ -1,0 +1,201 @@
+//! FIFO order across clients, and cancellation (dropped futures) never blocking the queue.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fairlock::Client;
+use redis::Commands;
+use support::{wait_until, RedisServer};
+
+fn queue_len(raw: &mut redis::Connection, name: &str) -> i64 {
+    raw.llen(format!("redisson_lock_queue:{{{name}}}")).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twelve_waiters_over_three_clients_are_served_in_arrival_order() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let holder = Client::connect(&server.url()).await.unwrap();
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(Client::connect(&server.url()).await.unwrap());
+    }
+    let first = holder.fair_lock("fifo").lock().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..12usize {
+        let lock = clients[i % 3].fair_lock("fifo");
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            guard.unlock().await.unwrap();
+        }));
+        // Each waiter arrives only after the previous one is queued.
+        wait_until(Duration::from_secs(10), "waiter queued", || {
+            queue_len(&mut raw, "fifo") == i as i64 + 1
+        });
+    }
+    first.unlock().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..12).collect::<Vec<_>>());
+    assert_eq!(queue_len(&mut raw, "fifo"), 0);
+    let zcard: i64 = raw.zcard("redisson_lock_timeout:{fifo}").unwrap();
+    assert_eq!(zcard, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_the_head_waiter_passes_the_lock_to_the_next() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    // Long liveness: only the give-up of the cancelled head can move the queue quickly.
+    let build = || {
+        Client::builder()
+            .standalone(server.url())
+            .waiter_liveness(Duration::from_secs(60))
+            .build()
+    };
+    let a = build().await.unwrap();
+    let b = build().await.unwrap();
+    let c = build().await.unwrap();
+
+    let held = a.fair_lock("cancel").lock().await.unwrap();
+    let head_lock = b.fair_lock("cancel");
+    let head = tokio::spawn(async move { head_lock.lock().await });
+    wait_until(Duration::from_secs(10), "head queued", || {
+        queue_len(&mut raw, "cancel") == 1
+    });
+    let next_lock = c.fair_lock("cancel");
+    let next = tokio::spawn(async move { next_lock.try_lock(Duration::from_secs(20), None).await });
+    wait_until(Duration::from_secs(10), "second queued", || {
+        queue_len(&mut raw, "cancel") == 2
+    });
+
+    head.abort(); // drops the pending lock() future
+    assert!(head.await.unwrap_err().is_cancelled());
+    wait_until(
+        Duration::from_secs(10),
+        "cancelled head left the queue",
+        || queue_len(&mut raw, "cancel") == 1,
+    );
+    let remaining: Vec<String> = raw.lrange("redisson_lock_queue:{cancel}", 0, -1).unwrap();
+    assert!(remaining[0].starts_with(&c.id().hyphenated().to_string()));
+
+    held.unlock().await.unwrap();
+    let guard = next
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the next waiter gets the lock");
+    guard.unlock().await.unwrap();
+    assert_eq!(queue_len(&mut raw, "cancel"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_head_of_a_free_lock_wakes_the_next_waiter() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    // Long liveness windows: no heartbeat can move the queue within the test; only the give-up's
+    // wake-up message can.
+    let build = || {
+        Client::builder()
+            .standalone(server.url())
+            .waiter_liveness(Duration::from_secs(60))
+            .build()
+    };
+    let a = build().await.unwrap();
+    let b = build().await.unwrap();
+    // A foreign (Redisson-style) head that is alive but slow sits in front of a free lock...
+    let foreign = "11111111-2222-3333-4444-555555555555:9";
+    let (secs, _): (i64, i64) = redis::cmd("TIME").query(&mut raw).unwrap();
+    let _: () = raw
+        .zadd("redisson_lock_timeout:{gap}", foreign, (secs + 600) * 1000)
+        .unwrap();
+    let _: () = raw.rpush("redisson_lock_queue:{gap}", foreign).unwrap();
+    // ... then waiter A, then waiter B.
+    let la = a.fair_lock("gap");
+    let wa = tokio::spawn(async move { la.lock().await });
+    wait_until(Duration::from_secs(10), "A queued", || {
+        queue_len(&mut raw, "gap") == 2
+    });
+    let lb = b.fair_lock("gap");
+    let wb = tokio::spawn(async move { lb.try_lock(Duration::from_secs(30), None).await });
+    wait_until(Duration::from_secs(10), "B queued", || {
+        queue_len(&mut raw, "gap") == 3
+    });
+
+    // The foreign head leaves without a word (Redisson publishes nothing on give-up) ...
+    let _: () = raw.lrem("redisson_lock_queue:{gap}", 0, foreign).unwrap();
+    let _: () = raw.zrem("redisson_lock_timeout:{gap}", foreign).unwrap();
+    // ... so A is now the head of a free lock, asleep. Cancelling A must wake B.
+    wa.abort();
+    assert!(wa.await.unwrap_err().is_cancelled());
+    let guard = wb
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("B is woken by A's give-up");
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_stress_leaves_no_waiter_and_no_lock_behind() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let clients = [
+        Client::connect(&server.url()).await.unwrap(),
+        Client::connect(&server.url()).await.unwrap(),
+    ];
+    let acquired = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..40u64 {
+        let lock = clients[(i % 2) as usize].fair_lock("stress");
+        let acquired = acquired.clone();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..5u64 {
+                // Cancel after a varying delay: some futures are dropped while queued, some
+                // while an attempt is in flight, some right after the grant.
+                let budget = Duration::from_micros(((i * 7 + round * 13) % 40) * 150);
+                match tokio::time::timeout(budget, lock.lock()).await {
+                    Ok(Ok(guard)) => {
+                        acquired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        drop(guard);
+                    }
+                    Ok(Err(e)) => panic!("{e:?}"),
+                    Err(_) => {}
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // Everything cancelled or dropped is cleaned up by the background tasks.
+    wait_until(
+        Duration::from_secs(15),
+        "lock released and queue empty",
+        || {
+            !raw.exists::<_, bool>("stress").unwrap()
+                && queue_len(&mut raw, "stress") == 0
+                && raw
+                    .zcard::<_, i64>("redisson_lock_timeout:{stress}")
+                    .unwrap()
+                    == 0
+        },
+    );
+    // And the lock still works for a fresh holder at once.
+    let g = clients[0]
+        .fair_lock("stress")
+        .try_lock(Duration::from_secs(5), None)
+        .await
+        .unwrap();
+    assert!(g.is_some());
+    assert!(
+        acquired.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "some rounds acquired"
+    );
+}

@@ -1,0 +1,169 @@
+//! Interoperability with a Redisson-style peer written here with raw Redis commands: it holds the
+//! hash under its own field, queues with its own deadline, listens on its per-waiter channel and
+//! publishes `0` on ours, exactly as PROTOCOL 1-4 describe.
+
+mod support;
+
+use std::time::Duration;
+
+use fairlock::Client;
+use redis::Commands;
+use support::{wait_until, RedisServer};
+
+const JAVA: &str = "6c1b4f5e-0d0a-4c1e-9a51-5b8f8e0f2a11:57";
+
+async fn patient_client(server: &RedisServer) -> Client {
+    // A 60 s liveness window puts the first heartbeat 20 s away: within these tests only pub/sub
+    // messages can wake a waiter early.
+    Client::builder()
+        .standalone(server.url())
+        .waiter_liveness(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap()
+}
+
+fn server_now_ms(raw: &mut redis::Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(raw).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_holder_releasing_wakes_our_waiter_by_message() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = patient_client(&server).await;
+    let lock = c.fair_lock("shared");
+
+    // The Java side holds the lock with a 30 s watchdog lease.
+    let _: () = raw.hset("shared", JAVA, 1).unwrap();
+    let _: () = raw.pexpire("shared", 30_000).unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    assert_eq!(lock.hold_count().await.unwrap(), 0);
+    let state = lock.state().await.unwrap();
+    assert_eq!(state.owners[0].field, JAVA);
+    assert_eq!(state.owners[0].holder_id(), Some(57));
+
+    let l = lock.clone();
+    let waiter = tokio::spawn(async move { l.try_lock(Duration::from_secs(15), None).await });
+    wait_until(Duration::from_secs(10), "our waiter queued", || {
+        raw.llen::<_, i64>("redisson_lock_queue:{shared}").unwrap() == 1
+    });
+    let head: String = raw.lindex("redisson_lock_queue:{shared}", 0).unwrap();
+    let channel = format!("redisson_lock__channel:{{shared}}:{head}");
+    wait_until(Duration::from_secs(10), "our waiter subscribed", || {
+        let (_, n): (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query(&mut raw)
+            .unwrap();
+        n == 1
+    });
+
+    // Redisson's fair unlock: delete the hash, publish "0" to the head's channel.
+    let started = std::time::Instant::now();
+    let _: () = raw.del("shared").unwrap();
+    let receivers: i64 = raw.publish(&channel, "0").unwrap();
+    assert_eq!(receivers, 1);
+    let guard = waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("woken by the Java release");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let hash: Vec<(String, i64)> = raw.hgetall("shared").unwrap();
+    assert_eq!(hash, vec![(head.clone(), 1)]);
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_waiter_keeps_its_place_and_hears_our_release() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = patient_client(&server).await;
+    let d = patient_client(&server).await;
+    let lock = c.fair_lock("mixed");
+    let guard = lock.lock().await.unwrap();
+
+    // The Java waiter listens on its per-waiter channel, then queues as RFairLock does:
+    // deadline = (PTTL of the lock) + wait (300 s) + its own clock.
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut pubsub = sub.as_pubsub();
+    let java_channel = format!("redisson_lock__channel:{{mixed}}:{JAVA}");
+    pubsub.subscribe(&java_channel).unwrap();
+    let now = server_now_ms(&mut raw);
+    let pttl: i64 = raw.pttl("mixed").unwrap();
+    let _: () = raw
+        .zadd("redisson_lock_timeout:{mixed}", JAVA, now + pttl + 300_000)
+        .unwrap();
+    let _: () = raw.rpush("redisson_lock_queue:{mixed}", JAVA).unwrap();
+
+    // One of ours queues behind the Java waiter.
+    let behind = d.fair_lock("mixed");
+    let behind_task =
+        tokio::spawn(async move { behind.try_lock(Duration::from_secs(20), None).await });
+    wait_until(Duration::from_secs(10), "our second waiter queued", || {
+        raw.llen::<_, i64>("redisson_lock_queue:{mixed}").unwrap() == 2
+    });
+
+    // Our release tells the Java head, with the payload Java parses as a number.
+    guard.unlock().await.unwrap();
+    let msg = pubsub.get_message().unwrap();
+    assert_eq!(msg.get_channel_name(), java_channel);
+    assert_eq!(msg.get_payload::<String>().unwrap(), "0");
+
+    // The Java head takes the lock as RFairLock does (it is the head of a free lock).
+    let head: String = raw.lindex("redisson_lock_queue:{mixed}", 0).unwrap();
+    assert_eq!(head, JAVA, "our waiter did not overtake the Java head");
+    assert!(!raw.exists::<_, bool>("mixed").unwrap());
+    let _: () = raw.lpop("redisson_lock_queue:{mixed}", None).unwrap();
+    let _: () = raw.zrem("redisson_lock_timeout:{mixed}", JAVA).unwrap();
+    let _: () = raw.hset("mixed", JAVA, 1).unwrap();
+    let _: () = raw.pexpire("mixed", 30_000).unwrap();
+
+    // ... and releases it the Redisson way: our waiter, now head, is woken by the message.
+    let _: () = raw.del("mixed").unwrap();
+    let next: String = raw.lindex("redisson_lock_queue:{mixed}", 0).unwrap();
+    assert!(next.starts_with(&d.id().hyphenated().to_string()));
+    let _: () = raw
+        .publish(format!("redisson_lock__channel:{{mixed}}:{next}"), "0")
+        .unwrap();
+    let g = behind_task
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("our waiter gets it after the Java holder");
+    g.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_java_head_is_purged_by_our_scripts() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = patient_client(&server).await;
+    // A Java waiter whose deadline has passed sits at the head (its JVM died).
+    let now = server_now_ms(&mut raw);
+    let _: () = raw
+        .zadd("redisson_lock_timeout:{stale}", JAVA, now - 1)
+        .unwrap();
+    let _: () = raw.rpush("redisson_lock_queue:{stale}", JAVA).unwrap();
+    let g = c
+        .fair_lock("stale")
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap();
+    assert!(
+        g.is_some(),
+        "the stale head is purged and the free lock taken at once"
+    );
+    assert_eq!(
+        raw.llen::<_, i64>("redisson_lock_queue:{stale}").unwrap(),
+        0
+    );
+    assert_eq!(
+        raw.zcard::<_, i64>("redisson_lock_timeout:{stale}")
+            .unwrap(),
+        0
+    );
+}

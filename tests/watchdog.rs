@@ -1,0 +1,410 @@
+//! Watchdog renewals, lost-lock notification, waiter heartbeats and dead-process recovery, against
+//! real Redis servers and real child processes.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fairlock::{Client, LostReason};
+use redis::Commands;
+use support::{wait_until, RedisServer};
+
+const ROLE_ENV: &str = "FAIRLOCK_TEST_ROLE";
+
+/// Builds a client with a short watchdog (renewal every `timeout / 3`) and a fine timer tick.
+async fn fast_client(url: &str, watchdog: Duration, liveness: Duration) -> Client {
+    Client::builder()
+        .standalone(url)
+        .watchdog_timeout(watchdog)
+        .waiter_liveness(liveness)
+        .timer_tick(Duration::from_millis(10))
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Starts this very test binary again as a child process that runs `test` in the role `role`
+/// (the test checks `ROLE_ENV` first), and waits until the child prints `READY`.
+fn spawn_role(test: &str, role: &str, url: &str, name: &str) -> Child {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ROLE_ENV, role)
+        .env("FAIRLOCK_TEST_URL", url)
+        .env("FAIRLOCK_TEST_NAME", name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.trim_end().ends_with("READY") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("child process never became READY");
+    child
+}
+
+/// In a child process: the role it was started for, with its URL and lock name.
+fn child_role() -> Option<(String, String, String)> {
+    let role = std::env::var(ROLE_ENV).ok()?;
+    Some((
+        role,
+        std::env::var("FAIRLOCK_TEST_URL").unwrap(),
+        std::env::var("FAIRLOCK_TEST_NAME").unwrap(),
+    ))
+}
+
+fn sigkill(child: &mut Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_keeps_the_lock_across_many_renewal_periods() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = fast_client(
+        &server.url(),
+        Duration::from_millis(600),
+        Duration::from_secs(5),
+    )
+    .await;
+    let guard = c.fair_lock("kept").lock().await.unwrap();
+    // Holding the lock for five timeouts IS the scenario.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!guard.is_lost());
+    let pttl: i64 = raw.pttl("kept").unwrap();
+    assert!(
+        pttl > 0 && pttl <= 600,
+        "renewed to the watchdog timeout, got {pttl}"
+    );
+    guard.unlock().await.unwrap();
+    assert!(!raw.exists::<_, bool>("kept").unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_is_never_renewed_and_reports_lease_expired() {
+    let server = RedisServer::start();
+    let c = fast_client(
+        &server.url(),
+        Duration::from_millis(600),
+        Duration::from_secs(5),
+    )
+    .await;
+    let guard = c
+        .fair_lock("leased")
+        .lock_with_lease(Duration::from_millis(400))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    assert_eq!(guard.lost().await, LostReason::LeaseExpired);
+    // Told no later than the lease, and not absurdly early (drift margin is 1 % + 2 ms, plus a tick).
+    assert!(started.elapsed() <= Duration::from_millis(400));
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+    // And nothing renewed it: it is gone soon after.
+    let mut raw = server.conn();
+    wait_until(Duration::from_secs(2), "lease expiry", || {
+        !raw.exists::<_, bool>("leased").unwrap()
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_key_fires_lost_within_one_renewal_period() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let watchdog = Duration::from_millis(900);
+    let c = fast_client(&server.url(), watchdog, Duration::from_secs(5)).await;
+    let guard = c.fair_lock("deleted").lock().await.unwrap();
+    let g2 = c.fair_lock("deleted").lock().await.unwrap(); // reentrant hold shares the notice
+    let _: () = raw.del("deleted").unwrap();
+    let started = Instant::now();
+    assert_eq!(guard.lost().await, LostReason::Gone);
+    // A renewal comes at most 1.5 periods after acquisition (grid alignment), then every period.
+    assert!(
+        started.elapsed() <= watchdog / 2 + Duration::from_millis(200),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(g2.is_lost());
+    assert!(guard.unlock().await.unwrap_err().is_not_held());
+    assert!(g2.unlock().await.unwrap_err().is_not_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_redis_fires_lost_after_two_failed_renewals() {
+    let mut server = RedisServer::start();
+    let watchdog = Duration::from_millis(1500);
+    let c = fast_client(&server.url(), watchdog, Duration::from_secs(5)).await;
+    let guard = c.fair_lock("down").lock().await.unwrap();
+    let started = Instant::now();
+    server.kill();
+    let reason = guard.lost().await;
+    assert_eq!(reason, LostReason::RenewalFailed);
+    // Two renewal periods, plus the grid offset of the first renewal, at most.
+    assert!(
+        started.elapsed() <= watchdog + Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(guard.is_lost());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_fires_lost_at_the_validity_deadline_at_the_latest() {
+    let server = RedisServer::start();
+    let watchdog = Duration::from_millis(900);
+    let c = Client::builder()
+        .standalone(server.url())
+        .watchdog_timeout(watchdog)
+        .timer_tick(Duration::from_millis(10))
+        // Renewals hang for longer than the whole lease.
+        .command_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    let sent = Instant::now();
+    let guard = c.fair_lock("frozen").lock().await.unwrap();
+    server.pause();
+    let reason = guard.lost().await;
+    let told = sent.elapsed();
+    server.resume();
+    assert_eq!(reason, LostReason::ValidityExpired);
+    assert!(
+        told <= watchdog,
+        "told before another client could take the lock: {told:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_fires_lost_and_releases() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let guard = c.fair_lock("bye").lock().await.unwrap();
+    let _reentry = c.fair_lock("bye").lock().await.unwrap();
+    c.shutdown().await;
+    assert_eq!(guard.lost().await, LostReason::Shutdown);
+    assert!(
+        !raw.exists::<_, bool>("bye").unwrap(),
+        "shutdown released every hold"
+    );
+    assert!(c.fair_lock("bye").lock().await.unwrap_err().is_shutdown());
+    assert!(guard.unlock().await.unwrap_err().is_not_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_locks_are_renewed_in_batches() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let watchdog = Duration::from_secs(3);
+    let c = Client::builder()
+        .standalone(server.url())
+        .watchdog_timeout(watchdog)
+        .build()
+        .await
+        .unwrap();
+    let mut guards = Vec::with_capacity(10_000);
+    let lock_futures = (0..10_000).map(|i| {
+        let lock = c.fair_lock(format!("many:{i}"));
+        async move { lock.lock().await.unwrap() }
+    });
+    // Acquire in waves of 500 concurrent calls.
+    let mut pending = lock_futures.collect::<Vec<_>>();
+    while !pending.is_empty() {
+        let wave: Vec<_> = pending.drain(..pending.len().min(500)).collect();
+        let handles: Vec<_> = wave.into_iter().map(tokio::spawn).collect();
+        for h in handles {
+            guards.push(h.await.unwrap());
+        }
+    }
+    // Let the first (grid-aligning) renewal cycle pass, then count three whole periods.
+    let period = watchdog / 3;
+    tokio::time::sleep(period * 2).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut raw)
+        .unwrap();
+    tokio::time::sleep(period * 3).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut raw)
+        .unwrap();
+    let evalsha = support::command_calls(&info, "evalsha") + support::command_calls(&info, "eval");
+    // Three periods: at most 3 x 100 renewal calls (our INFO itself is not a script).
+    assert!(
+        evalsha <= 300,
+        "renewal script calls over 3 periods: {evalsha}"
+    );
+    assert!(evalsha >= 200, "renewals did happen: {evalsha}");
+    assert!(guards.iter().all(|g| !g.is_lost()));
+    let pttl: i64 = raw.pttl("many:0").unwrap();
+    assert!(pttl > 0);
+    drop(guards);
+    wait_until(Duration::from_secs(20), "all released", || {
+        let n: i64 = redis::cmd("DBSIZE").query(&mut raw).unwrap();
+        n == 0
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_during_renewals_never_leaves_a_renewed_key() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = fast_client(
+        &server.url(),
+        Duration::from_millis(300),
+        Duration::from_secs(5),
+    )
+    .await;
+    // Renewals every 100 ms cross releases again and again.
+    for i in 0..30 {
+        let name = format!("race:{i}");
+        let guard = c.fair_lock(name.clone()).lock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(7 * (i % 20))).await;
+        guard.unlock().await.unwrap();
+        assert!(
+            !raw.exists::<_, bool>(&name).unwrap(),
+            "{name} survived its unlock"
+        );
+    }
+    // Renewals still in flight must not resurrect anything either (only the short-lived unlock
+    // latches of PROTOCOL 1 may remain).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let left: Vec<String> = raw.keys("race:*").unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_waiter_is_never_purged_however_long_it_waits() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let liveness = Duration::from_millis(300);
+    let a = fast_client(&server.url(), Duration::from_secs(30), liveness).await;
+    let b = fast_client(&server.url(), Duration::from_secs(30), liveness).await;
+    let held = a.fair_lock("patient").lock().await.unwrap();
+    let lb = b.fair_lock("patient");
+    let waiter = tokio::spawn(async move { lb.lock().await.unwrap() });
+    wait_until(Duration::from_secs(5), "queued", || {
+        raw.llen::<_, i64>("redisson_lock_queue:{patient}").unwrap() == 1
+    });
+    // Ten liveness windows pass while the waiter waits: it must keep its place.
+    for _ in 0..10 {
+        tokio::time::sleep(liveness).await;
+        assert_eq!(
+            raw.llen::<_, i64>("redisson_lock_queue:{patient}").unwrap(),
+            1,
+            "live waiter purged"
+        );
+    }
+    held.unlock().await.unwrap();
+    let g = waiter.await.unwrap();
+    g.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_holder_process_frees_the_lock_within_one_timeout() {
+    if let Some((role, url, name)) = child_role() {
+        assert_eq!(role, "holder");
+        let c = fast_client(&url, Duration::from_millis(1500), Duration::from_secs(5)).await;
+        let _guard = c.fair_lock(name).lock().await.unwrap();
+        println!("READY");
+        std::future::pending::<()>().await;
+    }
+    let server = RedisServer::start();
+    let mut child = spawn_role(
+        "killing_the_holder_process_frees_the_lock_within_one_timeout",
+        "holder",
+        &server.url(),
+        "orphan",
+    );
+    let c = Client::connect(&server.url()).await.unwrap();
+    let lock = c.fair_lock("orphan");
+    assert!(lock.is_locked().await.unwrap());
+    // Keeps renewing while the child lives...
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        lock.is_locked().await.unwrap(),
+        "renewed beyond one timeout while alive"
+    );
+    sigkill(&mut child);
+    let killed = Instant::now();
+    let guard = lock
+        .try_lock(Duration::from_secs(10), None)
+        .await
+        .unwrap()
+        .expect("freed after the holder died");
+    assert!(
+        killed.elapsed() <= Duration::from_millis(1500) + Duration::from_millis(300),
+        "{:?}",
+        killed.elapsed()
+    );
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_head_waiter_delays_the_next_by_at_most_the_liveness_window() {
+    let liveness = Duration::from_millis(1500);
+    if let Some((role, url, name)) = child_role() {
+        assert_eq!(role, "waiter");
+        let c = fast_client(&url, Duration::from_secs(30), liveness).await;
+        let lock = c.fair_lock(name.clone());
+        let task = tokio::spawn(async move { lock.lock().await });
+        // READY once queued.
+        let mut raw = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        wait_until(Duration::from_secs(10), "child queued", || {
+            raw.llen::<_, i64>(format!("redisson_lock_queue:{{{name}}}"))
+                .unwrap()
+                == 1
+        });
+        println!("READY");
+        let _ = task.await;
+        std::future::pending::<()>().await;
+    }
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let a = fast_client(&server.url(), Duration::from_secs(30), liveness).await;
+    let b = fast_client(&server.url(), Duration::from_secs(30), liveness).await;
+    let held = a.fair_lock("dead-head").lock().await.unwrap();
+    let mut child = spawn_role(
+        "a_killed_head_waiter_delays_the_next_by_at_most_the_liveness_window",
+        "waiter",
+        &server.url(),
+        "dead-head",
+    );
+    let lb = b.fair_lock("dead-head");
+    let next = tokio::spawn(async move {
+        let g = lb.lock().await.unwrap();
+        (Instant::now(), g)
+    });
+    wait_until(Duration::from_secs(10), "second waiter queued", || {
+        raw.llen::<_, i64>("redisson_lock_queue:{dead-head}")
+            .unwrap()
+            == 2
+    });
+    sigkill(&mut child);
+    let killed = Instant::now();
+    // The release goes to the dead head; nobody answers it.
+    held.unlock().await.unwrap();
+    let (granted_at, g) = next.await.unwrap();
+    let delay = granted_at - killed;
+    assert!(
+        delay <= liveness + Duration::from_millis(250),
+        "killed head cost {delay:?}"
+    );
+    g.unlock().await.unwrap();
+}
