@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::client::Inner;
+use crate::config::{ReplicaSync, SyncFailure};
 use crate::error::{duration_ms, Error, Result};
 use crate::guard::LockGuard;
 use crate::ops::{self, AcquireArgs, Attempt, Kind, LockSpec, Mode};
@@ -188,10 +189,17 @@ impl Waiter {
         }
         let mut conn = self.inner.conn.clone();
         let args = self.args.clone();
-        let handle =
-            self.in_flight.insert(tokio::spawn(
-                async move { ops::acquire(&mut conn, &args).await },
-            ));
+        let sync = self.inner.config.replica_sync;
+        let timeout = self.inner.config.command_timeout;
+        let handle = self.in_flight.insert(tokio::spawn(async move {
+            let attempt = ops::acquire(&mut conn, &args).await?;
+            match (attempt, sync) {
+                (Attempt::Acquired { .. }, Some(sync)) => {
+                    synced(&mut conn, &args, attempt, sync, timeout).await
+                }
+                _ => Ok(attempt),
+            }
+        }));
         let outcome = handle.await;
         self.in_flight = None;
         outcome.map_err(|_| Error::Shutdown)?
@@ -222,6 +230,44 @@ impl Waiter {
             self.queued = false;
         }
         Ok(())
+    }
+}
+
+/// Replica sync after a grant (see `Builder::replica_sync`): waits for a replica to acknowledge
+/// the hold just taken. When none does, the hold is released again and the configured reaction
+/// decides: an error, or a `Waiting` outcome so the caller tries again. Runs inside the attempt's
+/// task, so a caller that stops waiting meanwhile leaves the outcome to the driver like any other.
+async fn synced(
+    conn: &mut crate::conn::Conn,
+    args: &AcquireArgs,
+    granted: Attempt,
+    sync: ReplicaSync,
+    command_timeout: Duration,
+) -> Result<Attempt> {
+    let replicas = ops::connected_replicas(conn).await?;
+    if replicas == 0 {
+        return Ok(granted);
+    }
+    let acked = ops::wait_replicas(conn, replicas, sync.timeout.as_millis() as i64).await?;
+    if acked > 0 {
+        return Ok(granted);
+    }
+    tracing::warn!(replicas, timeout = ?sync.timeout, "no replica acknowledged the lock; releasing it");
+    ops::release(
+        conn,
+        &args.spec,
+        &args.field,
+        args.lease_ms,
+        command_timeout,
+    )
+    .await?;
+    match sync.on_failure {
+        SyncFailure::Error => Err(Error::ReplicasNotSynced {
+            replicas,
+            timeout: sync.timeout,
+        }),
+        // Try again shortly: the replicas may catch up.
+        SyncFailure::Retry => Ok(Attempt::Waiting { hint_ms: 10 }),
     }
 }
 

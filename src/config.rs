@@ -57,6 +57,23 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
+/// What an acquisition does when replica sync is on and no replica acknowledged the lock write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SyncFailure {
+    /// Release what was just taken and return [`Error::ReplicasNotSynced`].
+    Error,
+    /// Release what was just taken and try again (within the caller's wait), as Redisson does.
+    Retry,
+}
+
+/// Replica sync settings (see [`Builder::replica_sync`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaSync {
+    pub(crate) timeout: Duration,
+    pub(crate) on_failure: SyncFailure,
+}
+
 /// Validated settings shared by everything a client runs.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -68,6 +85,7 @@ pub(crate) struct Config {
     pub(crate) timer_tick: Duration,
     pub(crate) timer_slots: usize,
     pub(crate) batch_size: usize,
+    pub(crate) replica_sync: Option<ReplicaSync>,
 }
 
 /// Builds a [`Client`] with every knob explicit. Each setter documents its default.
@@ -92,6 +110,7 @@ pub struct Builder {
     timer_tick: Duration,
     timer_slots: usize,
     batch_size: usize,
+    replica_sync: Option<ReplicaSync>,
 }
 
 impl Default for Builder {
@@ -105,6 +124,7 @@ impl Default for Builder {
             timer_tick: DEFAULT_TIMER_TICK,
             timer_slots: DEFAULT_TIMER_SLOTS,
             batch_size: DEFAULT_BATCH_SIZE,
+            replica_sync: None,
         }
     }
 }
@@ -173,6 +193,24 @@ impl Builder {
         self
     }
 
+    /// After every successful acquisition, send `WAIT <replicas> <timeout>` so the lock write
+    /// reaches the master's replicas before the caller proceeds (Redisson's replica sync). When
+    /// the master has replicas and none acknowledged within `timeout`, the hold just taken is
+    /// released again and `on_failure` decides: [`SyncFailure::Error`] returns
+    /// [`Error::ReplicasNotSynced`], [`SyncFailure::Retry`] tries again within the caller's wait.
+    /// With no replica connected, acquisitions proceed unsynced.
+    ///
+    /// This narrows, but does not close, the window in which a failover loses a lock: replication
+    /// stays asynchronous and a replica that acknowledged can still lose the write. `WAIT` also
+    /// holds up the client's shared command connection until it returns. Off by default.
+    pub fn replica_sync(mut self, timeout: Duration, on_failure: SyncFailure) -> Self {
+        self.replica_sync = Some(ReplicaSync {
+            timeout,
+            on_failure,
+        });
+        self
+    }
+
     /// Validates the settings without connecting.
     pub(crate) fn validate(&self) -> Result<Config> {
         let topology = self.topology.clone().ok_or_else(|| {
@@ -214,6 +252,9 @@ impl Builder {
                 "must be between 1 and 1000",
             ));
         }
+        if let Some(sync) = &self.replica_sync {
+            duration_ms("replica_sync timeout", sync.timeout)?;
+        }
         Ok(Config {
             topology,
             watchdog_timeout: self.watchdog_timeout,
@@ -223,6 +264,7 @@ impl Builder {
             timer_tick: self.timer_tick,
             timer_slots: self.timer_slots,
             batch_size: self.batch_size,
+            replica_sync: self.replica_sync,
         })
     }
 

@@ -390,3 +390,25 @@ pub(crate) async fn heartbeat(
         })
         .collect())
 }
+
+/// Connected replicas of the master behind `conn` (`INFO replication`).
+pub(crate) async fn connected_replicas(conn: &mut Conn) -> Result<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(conn)
+        .await?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("connected_slaves:"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0))
+}
+
+/// `WAIT replicas timeout`: how many replicas acknowledged every write made so far on `conn`.
+pub(crate) async fn wait_replicas(conn: &mut Conn, replicas: u64, timeout_ms: i64) -> Result<u64> {
+    Ok(redis::cmd("WAIT")
+        .arg(replicas)
+        .arg(timeout_ms)
+        .query_async(conn)
+        .await?)
+}

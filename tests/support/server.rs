@@ -239,6 +239,13 @@ impl RedisServer {
 
     /// A replica of `master` (`--replicaof`), returned once its link to the master is up.
     pub fn start_replica_of(master: &RedisServer) -> RedisServer {
+        // Full sync at once instead of after the default 5 s diskless-sync delay.
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("repl-diskless-sync-delay")
+            .arg("0")
+            .query(&mut master.conn())
+            .unwrap();
         let port = master.port.to_string();
         let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
         let mut conn = replica.conn();
