@@ -76,17 +76,25 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let guard = lock.lock().await?;
     println!("   main holds {name}; five workers (each its own client) queue up one after another");
     let order = Arc::new(Mutex::new(Vec::new()));
+    // When the previous holder released, to show how fast the next one is woken.
+    let released_at = Arc::new(Mutex::new(Instant::now()));
     let mut workers = Vec::new();
     for worker in 1..=5 {
         let worker_client = Client::connect(&url).await?;
         let order = order.clone();
+        let released_at = released_at.clone();
         let name = name.clone();
         workers.push(tokio::spawn(async move {
             let lock = worker_client.fair_lock(name);
             let guard = lock.lock().await?;
+            let gap = released_at.lock().await.elapsed();
             order.lock().await.push(worker);
-            println!("   worker {worker} acquired");
+            println!(
+                "   worker {worker} acquired, {:.2} ms after the previous release",
+                gap.as_secs_f64() * 1e3
+            );
             tokio::time::sleep(Duration::from_millis(50)).await; // the critical section
+            *released_at.lock().await = Instant::now();
             guard.unlock().await?;
             Ok::<_, fairlock::Error>(())
         }));
@@ -103,6 +111,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .map(|w| w.field)
         .collect();
     println!("   queue in Redis: {} waiters", queue.len());
+    *released_at.lock().await = Instant::now();
     guard.unlock().await?;
     for w in workers {
         w.await??;
