@@ -2,9 +2,9 @@
 //! the cleanup a dropped future leaves to the driver.
 //!
 //! One acquisition is a loop of attempts. The first attempt runs without a subscription (the
-//! uncontended path costs exactly one round trip); if it queues us, we subscribe to our channel and
-//! attempt again before ever sleeping, so a release between the first attempt and the subscription
-//! cannot be missed. After that we sleep until a message, the hint the script gave (the lock's
+//! uncontended path costs exactly one round trip) unless our channel is still subscribed from a
+//! recent wait; if it queues us unsubscribed, we subscribe and attempt again before ever sleeping,
+//! so a release between the first attempt and the subscription cannot be missed. After that we sleep until a message, the hint the script gave (the lock's
 //! TTL when we are the head: nobody announces an expiry), our deadline, or a shutdown.
 //!
 //! Every attempt runs in a spawned task. If the caller drops the future while one is in flight,
@@ -124,6 +124,12 @@ impl Waiter {
         watchdog: bool,
     ) -> Result<Option<LockGuard>> {
         let mut closed = self.inner.closed.subscribe();
+        // A channel still lingering from this holder's last wait is taken at once, so even the
+        // first attempt is covered and needs no re-check.
+        if !self.zero_wait {
+            let channel = self.args.spec.wake_channel(&self.args.field);
+            self.subscription = self.inner.subscriber.subscribe_if_live(&channel);
+        }
         loop {
             let sent = Instant::now();
             match self.attempt().await? {
@@ -146,10 +152,12 @@ impl Waiter {
                         self.args.mode = Mode::Requeue;
                     }
                     if self.subscription.is_none() {
-                        self.start_waiting().await?;
+                        self.subscribe().await?;
+                        self.start_heartbeat();
                         // Re-check now that a release can no longer slip past us.
                         continue;
                     }
+                    self.start_heartbeat();
                     let now = Instant::now();
                     if deadline.is_some_and(|d| now >= d) {
                         self.give_up().await?;
@@ -205,21 +213,28 @@ impl Waiter {
         outcome.map_err(|_| Error::Shutdown)?
     }
 
-    /// Subscribes to our wake-up channel and starts our heartbeat.
-    async fn start_waiting(&mut self) -> Result<()> {
+    /// Subscribes to our wake-up channel.
+    async fn subscribe(&mut self) -> Result<()> {
         let channel = self.args.spec.wake_channel(&self.args.field);
-        let subscription = self.inner.subscriber.subscribe(channel).await?;
-        if self.args.spec.kind == Kind::Fair {
-            let beat = Arc::new(WaiterBeat {
-                spec: self.args.spec.clone(),
-                field: self.args.field.clone(),
-                notify: subscription.notify().clone(),
-            });
-            self.inner.driver.send(Work::Waiter(beat.clone()));
-            self.beat = Some(beat);
-        }
-        self.subscription = Some(subscription);
+        self.subscription = Some(self.inner.subscriber.subscribe(channel).await?);
         Ok(())
+    }
+
+    /// Has the driver heartbeat our place in a fair queue while we wait (once).
+    fn start_heartbeat(&mut self) {
+        if self.args.spec.kind != Kind::Fair || self.beat.is_some() {
+            return;
+        }
+        let Some(subscription) = &self.subscription else {
+            return;
+        };
+        let beat = Arc::new(WaiterBeat {
+            spec: self.args.spec.clone(),
+            field: self.args.field.clone(),
+            notify: subscription.notify().clone(),
+        });
+        self.inner.driver.send(Work::Waiter(beat.clone()));
+        self.beat = Some(beat);
     }
 
     /// Leaves the queue now (and wakes the next head if the lock is free).

@@ -5,6 +5,10 @@
 //! its acquire script after a wake-up, so a spurious wake costs one round trip and a lost one costs
 //! latency, never correctness.
 //!
+//! A channel nobody waits on any more stays subscribed for a short linger period: a holder that
+//! waits again soon (a busy lock, a retry loop) re-takes its live channel without a round trip, and
+//! can make its very first attempt already subscribed.
+//!
 //! One background task owns the connection and reconciles what Redis has subscribed with what the
 //! registry wants: registrations and drops only mark channels dirty, and the task issues one
 //! `SUBSCRIBE`/`UNSUBSCRIBE` for everything dirty at once, in order, so an unsubscribe can never
@@ -14,7 +18,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::PubSubSink;
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -25,6 +29,10 @@ use crate::error::{Error, Result};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// How long an unused channel stays subscribed.
+const LINGER: Duration = Duration::from_secs(3);
+/// At most this many unused channels linger; beyond it the oldest are dropped first.
+const MAX_LINGERING: usize = 4096;
 
 /// Registry of wanted channels, shared by the handles and the background task.
 #[derive(Debug, Default)]
@@ -44,6 +52,10 @@ struct RegistryState {
 struct Slot {
     refs: usize,
     notify: Arc<Notify>,
+    /// Confirmed subscribed on the current connection.
+    live: bool,
+    /// When the last user left (the slot lingers until `LINGER` after this).
+    idle_since: Option<Instant>,
 }
 
 impl Registry {
@@ -67,6 +79,54 @@ impl Registry {
         for slot in self.lock().channels.values() {
             slot.notify.notify_one();
         }
+    }
+
+    /// Takes one more reference on `channel`, creating its slot if needed. Returns the notify and
+    /// whether the channel is already live (no round trip needed). A slot taken back from
+    /// lingering gets a fresh `Notify`, so a stale wake-up stored for its previous user is dropped.
+    fn take(&self, channel: &str) -> (Arc<Notify>, bool) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let slot = match state.channels.get_mut(channel) {
+            Some(slot) => slot,
+            None => {
+                state.dirty.push(channel.to_owned());
+                state.channels.entry(channel.to_owned()).or_insert(Slot {
+                    refs: 0,
+                    notify: Arc::new(Notify::new()),
+                    live: false,
+                    idle_since: None,
+                })
+            }
+        };
+        if slot.refs == 0 && slot.idle_since.take().is_some() {
+            slot.notify = Arc::new(Notify::new());
+        }
+        slot.refs += 1;
+        (slot.notify.clone(), slot.live)
+    }
+
+    /// Drops channels that have lingered unused for long enough (or too many of them); returns
+    /// the time of the next expiry, if any slot still lingers.
+    fn sweep(&self, now: Instant) -> Option<Instant> {
+        let mut state = self.lock();
+        let mut idle: Vec<(Instant, String)> = state
+            .channels
+            .iter()
+            .filter_map(|(c, s)| s.idle_since.map(|t| (t, c.clone())))
+            .collect();
+        idle.sort();
+        let excess = idle.len().saturating_sub(MAX_LINGERING);
+        let mut next = None;
+        for (i, (since, channel)) in idle.into_iter().enumerate() {
+            if i < excess || now >= since + LINGER {
+                state.channels.remove(&channel);
+                state.dirty.push(channel);
+            } else {
+                next = Some(next.map_or(since + LINGER, |n: Instant| n.min(since + LINGER)));
+            }
+        }
+        next
     }
 }
 
@@ -123,22 +183,7 @@ impl Subscriber {
     /// will reach the returned subscription (or, while disconnected, once the reconnect is sure to
     /// wake it).
     pub(crate) async fn subscribe(&self, channel: String) -> Result<Subscription> {
-        let notify = {
-            let mut state = self.registry.lock();
-            let slot = state
-                .channels
-                .entry(channel.clone())
-                .or_insert_with(|| Slot {
-                    refs: 0,
-                    notify: Arc::new(Notify::new()),
-                });
-            slot.refs += 1;
-            let notify = slot.notify.clone();
-            if slot.refs == 1 {
-                state.dirty.push(channel.clone());
-            }
-            notify
-        };
+        let (notify, live) = self.registry.take(&channel);
         // From here on the subscription exists, so a dropped future unregisters through Drop.
         let subscription = Subscription {
             channel,
@@ -146,12 +191,36 @@ impl Subscriber {
             registry: self.registry.clone(),
             tx: self.tx.clone(),
         };
+        if live {
+            return Ok(subscription);
+        }
         let (ack_tx, ack_rx) = oneshot::channel();
         self.tx
             .send(Request::Sync(Some(ack_tx)))
             .map_err(|_| Error::Shutdown)?;
         ack_rx.await.map_err(|_| Error::Shutdown)?;
         Ok(subscription)
+    }
+
+    /// The subscription to `channel` when it is live already (lingering from an earlier wait):
+    /// no round trip, and a message published from now on reaches it.
+    pub(crate) fn subscribe_if_live(&self, channel: &str) -> Option<Subscription> {
+        {
+            let state = self.registry.lock();
+            if !state.channels.get(channel).is_some_and(|s| s.live) {
+                return None;
+            }
+        }
+        let (notify, live) = self.registry.take(channel);
+        let subscription = Subscription {
+            channel: channel.to_owned(),
+            notify,
+            registry: self.registry.clone(),
+            tx: self.tx.clone(),
+        };
+        // Lost the race with a disconnect: the caller subscribes the slow way (and the dirty
+        // slot is resubscribed on reconnect).
+        live.then_some(subscription)
     }
 
     /// Wakes every registered waiter (used on shutdown).
@@ -179,18 +248,20 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut state = self.registry.lock();
-        let last = match state.channels.get_mut(&self.channel) {
+        let first_idle = match state.channels.get_mut(&self.channel) {
             Some(slot) => {
                 slot.refs -= 1;
+                if slot.refs == 0 {
+                    // Linger instead of unsubscribing: the task sweeps it later.
+                    slot.idle_since = Some(Instant::now());
+                }
                 slot.refs == 0
             }
             None => false,
         };
-        if last {
-            state.channels.remove(&self.channel);
-            state.dirty.push(std::mem::take(&mut self.channel));
-            drop(state);
-            // No I/O here: the task unsubscribes. A closed channel means the client is gone.
+        drop(state);
+        if first_idle {
+            // No I/O here; this only makes the task schedule its sweep.
             let _ = self.tx.send(Request::Sync(None));
         }
     }
@@ -221,13 +292,19 @@ impl Task {
         let mut acks = Vec::new();
         loop {
             let wants_connection = !self.registry.lock().channels.is_empty();
-            let request = if self.conn.is_none() && wants_connection {
-                tokio::select! {
+            let next_sweep = self.registry.sweep(Instant::now());
+            let reconnect_at =
+                (self.conn.is_none() && wants_connection).then(|| Instant::now() + self.backoff);
+            let wake_at = match (next_sweep, reconnect_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let request = match wake_at {
+                Some(at) => tokio::select! {
                     r = self.rx.recv() => r,
-                    _ = tokio::time::sleep(self.backoff) => Some(Request::Sync(None)),
-                }
-            } else {
-                self.rx.recv().await
+                    _ = tokio::time::sleep_until(at.into()) => Some(Request::Sync(None)),
+                },
+                None => self.rx.recv().await,
             };
             let Some(request) = request else { break };
             self.absorb(request, &mut acks);
@@ -271,6 +348,9 @@ impl Task {
             conn.reader.abort();
         }
         self.subscribed.clear();
+        for slot in self.registry.lock().channels.values_mut() {
+            slot.live = false;
+        }
     }
 
     async fn connect(&mut self) -> bool {
@@ -357,7 +437,16 @@ impl Task {
         }
         if !to_sub.is_empty() {
             match tokio::time::timeout(timeout, conn.sink.subscribe(&to_sub)).await {
-                Ok(Ok(())) => self.subscribed.extend(to_sub),
+                Ok(Ok(())) => {
+                    let mut state = self.registry.lock();
+                    for c in &to_sub {
+                        if let Some(slot) = state.channels.get_mut(c) {
+                            slot.live = true;
+                        }
+                    }
+                    drop(state);
+                    self.subscribed.extend(to_sub);
+                }
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "SUBSCRIBE failed");
                     self.drop_connection();

@@ -249,13 +249,45 @@ impl RedisServer {
         let port = master.port.to_string();
         let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
         let mut conn = replica.conn();
-        super::wait_until(Duration::from_secs(20), "replica link up", || {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut conn)
-                .unwrap_or_default();
-            info.contains("master_link_status:up")
-        });
+        let mut master_conn = master.conn();
+        let online = format!("port={},state=online", replica.port);
+        super::wait_until(
+            Duration::from_secs(20),
+            "replica up and online at the master",
+            || {
+                let at_replica: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut conn)
+                    .unwrap_or_default();
+                let at_master: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut master_conn)
+                    .unwrap_or_default();
+                at_replica.contains("master_link_status:up") && at_master.contains(&online)
+            },
+        );
+        // And the replication stream flows: a write on the master is acknowledged.
+        let _: () = redis::cmd("SET")
+            .arg("__replica_ready")
+            .arg(1)
+            .query(&mut master_conn)
+            .unwrap();
+        super::wait_until(
+            Duration::from_secs(20),
+            "replica acknowledges writes",
+            || {
+                redis::cmd("WAIT")
+                    .arg(1)
+                    .arg(200)
+                    .query::<i64>(&mut master_conn)
+                    .unwrap_or(0)
+                    == 1
+            },
+        );
+        let _: () = redis::cmd("DEL")
+            .arg("__replica_ready")
+            .query(&mut master_conn)
+            .unwrap();
         replica
     }
 }
