@@ -1,41 +1,22 @@
-//! Test support: real `redis-server` processes on free loopback ports, stopped by PID, and waits
-//! on events with deadlines. Every integration test file includes it with `mod support;`.
-#![allow(dead_code)]
+//! Test support: real `redis-server` / `redis-sentinel` processes on free loopback ports, each
+//! with its own work dir and log, stopped by PID; and waits on events with deadlines. Every
+//! integration test file includes it with `mod support;` and uses only part of it.
+//!
+//! - [`RedisServer`]: one standalone server (also replicas, cluster nodes and sentinels).
+//! - [`RedisCluster`]: 3 masters + 3 replicas joined with `redis-cli --cluster create`.
+//! - [`SentinelGroup`]: 1 master, 2 replicas, 3 sentinels (quorum 2).
+//! - [`wait_until`] / [`wait_until_async`]: poll a condition every 10 ms with a hard deadline.
+#![allow(dead_code, unused_imports)]
 
+mod cluster;
+mod sentinel;
 mod server;
+mod wait;
 
-use std::future::Future;
-use std::time::{Duration, Instant};
-
-pub use server::RedisServer;
-
-/// Polls `cond` every 10 ms until it holds; panics naming `what` when `deadline` passes first.
-pub fn wait_until(deadline: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let until = Instant::now() + deadline;
-    while !cond() {
-        assert!(
-            Instant::now() < until,
-            "timed out after {deadline:?} waiting for: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Async variant of [`wait_until`].
-pub async fn wait_until_async<F, Fut>(deadline: Duration, what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let until = Instant::now() + deadline;
-    while !cond().await {
-        assert!(
-            Instant::now() < until,
-            "timed out after {deadline:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+pub use cluster::RedisCluster;
+pub use sentinel::SentinelGroup;
+pub use server::{info_field, RedisServer};
+pub use wait::{wait_until, wait_until_async};
 
 /// Calls of one command in an `INFO commandstats` reply (0 when it never ran).
 pub fn command_calls(info: &str, command: &str) -> u64 {
@@ -48,6 +29,7 @@ pub fn command_calls(info: &str, command: &str) -> u64 {
 }
 
 /// Test logs: `RUST_LOG=fairlock=debug cargo test …` shows the library's tracing events.
+/// Idempotent (first call wins; a subscriber installed elsewhere is left alone).
 pub fn init_tracing() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {

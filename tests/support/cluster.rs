@@ -1,0 +1,263 @@
+//! A 6-node Redis Cluster (3 masters, 3 replicas) of real `redis-server` processes.
+
+use std::fs;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::server::RedisServer;
+use super::server::{info_field, probe_conn, probe_info, require_binary, tail, WorkDir};
+use super::wait::wait_for;
+
+const NODES: usize = 6;
+/// Deadline for `redis-cli --cluster create` and, separately, for the cluster to converge.
+const CLUSTER_DEADLINE: Duration = Duration::from_secs(60);
+/// `--cluster-node-timeout` in milliseconds.
+pub const NODE_TIMEOUT_MS: u64 = 2000;
+
+/// Six cluster-enabled servers joined with `redis-cli --cluster create … --cluster-replicas 1`.
+/// Dropping it kills every node by PID (each `RedisServer`'s drop) and removes the work dirs.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    /// Holds `redis-cli.log` (output of `--cluster create`); removed on drop.
+    dir: WorkDir,
+}
+
+/// One master's slot range as seen in `CLUSTER NODES`: (first slot, last slot, master port).
+type SlotRange = (u16, u16, u16);
+
+impl RedisCluster {
+    /// Starts the six nodes, creates the cluster and returns once every node reports
+    /// `cluster_state:ok`, all 16384 slots assigned and ok, 6 known nodes, the same slot map as
+    /// every other node, and every replica's `master_link_status:up`.
+    pub fn start() -> RedisCluster {
+        let cli = require_binary("redis-cli");
+        let timeout = NODE_TIMEOUT_MS.to_string();
+        let nodes: Vec<RedisServer> = (0..NODES)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    &timeout,
+                    "--repl-diskless-sync-delay",
+                    "0",
+                ])
+            })
+            .collect();
+        let cluster = RedisCluster {
+            nodes,
+            dir: WorkDir::new("cluster"),
+        };
+
+        let log_path = cluster.dir.path().join("redis-cli.log");
+        let log = fs::File::create(&log_path).unwrap();
+        let mut cmd = Command::new(cli);
+        cmd.arg("--cluster").arg("create");
+        for node in &cluster.nodes {
+            cmd.arg(format!("127.0.0.1:{}", node.port()));
+        }
+        cmd.args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let mut child = cmd.spawn().expect("spawn redis-cli --cluster create");
+        let deadline = Instant::now() + CLUSTER_DEADLINE;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "redis-cli --cluster create did not finish within {CLUSTER_DEADLINE:?}:\n{}",
+                    tail(&log_path, 30)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            status.success(),
+            "redis-cli --cluster create failed ({status}):\n{}",
+            tail(&log_path, 30)
+        );
+
+        wait_for(
+            CLUSTER_DEADLINE,
+            "cluster converged (state ok, 16384 slots, 6 nodes, same slot map, replicas linked)",
+            || cluster.converged().then_some(()),
+            || cluster.describe(),
+        );
+        cluster
+    }
+
+    fn converged(&self) -> bool {
+        let mut first_map: Option<Vec<SlotRange>> = None;
+        let mut masters = 0;
+        for node in &self.nodes {
+            let Some(info) = cluster_info(node.port()) else {
+                return false;
+            };
+            let ok = info_field(&info, "cluster_state") == Some("ok")
+                && info_field(&info, "cluster_slots_assigned") == Some("16384")
+                && info_field(&info, "cluster_slots_ok") == Some("16384")
+                && info_field(&info, "cluster_known_nodes") == Some("6");
+            if !ok {
+                return false;
+            }
+            let Some(map) = slot_map(node.port()) else {
+                return false;
+            };
+            match &first_map {
+                None => first_map = Some(map),
+                Some(first) if *first != map => return false,
+                Some(_) => {}
+            }
+            let Some(repl) = probe_info(node.port(), "replication") else {
+                return false;
+            };
+            match info_field(&repl, "role") {
+                Some("master") => masters += 1,
+                Some("slave") if info_field(&repl, "master_link_status") == Some("up") => {}
+                _ => return false,
+            }
+        }
+        masters == NODES / 2
+    }
+
+    fn describe(&self) -> String {
+        let mut out = String::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let info = cluster_info(node.port()).unwrap_or_else(|| "<no answer>".into());
+            let state = info_field(&info, "cluster_state").unwrap_or("?");
+            let slots = info_field(&info, "cluster_slots_ok").unwrap_or("?");
+            let known = info_field(&info, "cluster_known_nodes").unwrap_or("?");
+            let repl = probe_info(node.port(), "replication").unwrap_or_default();
+            out.push_str(&format!(
+                "node {i} port {}: state={state} slots_ok={slots} known={known} role={} link={}\n  log: {}\n",
+                node.port(),
+                info_field(&repl, "role").unwrap_or("?"),
+                info_field(&repl, "master_link_status").unwrap_or("-"),
+                node.log_tail(3).replace('\n', "\n  log: "),
+            ));
+        }
+        out.push_str(&format!(
+            "redis-cli.log:\n{}",
+            tail(&self.dir.path().join("redis-cli.log"), 10)
+        ));
+        out
+    }
+
+    /// `redis://127.0.0.1:PORT` of every node, in `nodes` order.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// Index into `nodes` of the master serving `slot`, per `CLUSTER NODES` of the first node
+    /// that answers (failed masters are skipped). Panics when no node answers or no master
+    /// serves the slot.
+    pub fn master_for_slot(&self, slot: u16) -> usize {
+        let map = self
+            .nodes
+            .iter()
+            .filter(|n| n.is_running())
+            .find_map(|n| slot_map(n.port()))
+            .expect("no cluster node answered CLUSTER NODES");
+        let port = map
+            .iter()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+            .map(|(_, _, port)| *port)
+            .unwrap_or_else(|| panic!("no master serves slot {slot}: {map:?}"));
+        self.nodes
+            .iter()
+            .position(|n| n.port() == port)
+            .unwrap_or_else(|| panic!("slot {slot} served by unknown port {port}"))
+    }
+
+    /// Index into `nodes` of the master serving `key`.
+    pub fn master_for_key(&self, key: &str) -> usize {
+        self.master_for_slot(Self::key_slot(key))
+    }
+
+    /// The hash slot of `key`: CRC16 (XMODEM) of the hash tag — the bytes between the first
+    /// `{` and the first `}` after it, when non-empty — else of the whole key, mod 16384.
+    pub fn key_slot(key: &str) -> u16 {
+        let bytes = key.as_bytes();
+        let hashed = bytes
+            .iter()
+            .position(|&b| b == b'{')
+            .and_then(|open| {
+                let rest = &bytes[open + 1..];
+                rest.iter()
+                    .position(|&b| b == b'}')
+                    .filter(|&close| close > 0)
+                    .map(|close| &rest[..close])
+            })
+            .unwrap_or(bytes);
+        crc16_xmodem(hashed) % 16384
+    }
+}
+
+/// CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0, no reflection — Redis Cluster's.
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+fn cluster_info(port: u16) -> Option<String> {
+    let mut conn = probe_conn(port)?;
+    redis::cmd("CLUSTER").arg("INFO").query(&mut conn).ok()
+}
+
+/// The slot ranges of every non-failed master in `CLUSTER NODES` as seen by the node at
+/// `port`, sorted. Lines look like
+/// `<id> 127.0.0.1:30001@40001 myself,master - 0 0 1 connected 0-5460 [93->-<id>]`.
+fn slot_map(port: u16) -> Option<Vec<SlotRange>> {
+    let mut conn = probe_conn(port)?;
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut conn).ok()?;
+    let mut map = Vec::new();
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 8 {
+            continue;
+        }
+        let flags: Vec<&str> = fields[2].split(',').collect();
+        if !flags.contains(&"master") || flags.iter().any(|f| f.starts_with("fail")) {
+            continue;
+        }
+        let node_port: u16 = fields[1]
+            .split('@')
+            .next()?
+            .rsplit_once(':')?
+            .1
+            .parse()
+            .ok()?;
+        for slots in &fields[8..] {
+            if slots.starts_with('[') {
+                continue; // migrating/importing marker
+            }
+            let (start, end) = match slots.split_once('-') {
+                Some((a, b)) => (a.parse().ok()?, b.parse().ok()?),
+                None => {
+                    let s = slots.parse().ok()?;
+                    (s, s)
+                }
+            };
+            map.push((start, end, node_port));
+        }
+    }
+    map.sort_unstable();
+    Some(map)
+}

@@ -1,0 +1,60 @@
+//! Waiting for an event with a hard deadline: poll a condition at a short interval, panic naming
+//! the awaited event when the deadline passes first.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// The polling interval of [`wait_until`] and [`wait_until_async`].
+pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Polls `cond` every 10 ms until it holds; panics naming `what` when `deadline` passes first.
+pub fn wait_until(deadline: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let until = Instant::now() + deadline;
+    while !cond() {
+        assert!(
+            Instant::now() < until,
+            "timed out after {deadline:?} waiting for: {what}"
+        );
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// Async variant of [`wait_until`]: awaits `cond()` every 10 ms (on the tokio timer, so the
+/// runtime's worker stays free in between).
+pub async fn wait_until_async<F, Fut>(deadline: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let until = Instant::now() + deadline;
+    while !cond().await {
+        assert!(
+            Instant::now() < until,
+            "timed out after {deadline:?} waiting for: {what}"
+        );
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// Polls `probe` every 10 ms until it returns `Some`; on timeout panics with `what` and the
+/// description `describe` gives of the last state seen (for diagnosable failures).
+pub(crate) fn wait_for<T>(
+    deadline: Duration,
+    what: &str,
+    mut probe: impl FnMut() -> Option<T>,
+    describe: impl Fn() -> String,
+) -> T {
+    let until = Instant::now() + deadline;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        if Instant::now() >= until {
+            panic!(
+                "timed out after {deadline:?} waiting for: {what}\n{}",
+                describe()
+            );
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
