@@ -44,6 +44,10 @@ use crate::state::LockState;
 ///   contention) or a Java service uses `RFairLock` on the same name.
 /// * [`Lock`](crate::Lock) when order does not matter or a Java service uses `RLock`: one key per
 ///   lock, slightly cheaper, but a releasing client can re-acquire before a waiter elsewhere.
+/// * [`RedLock`](crate::RedLock) only when you run several independent masters (no replication
+///   between them) and want the lock to survive the loss of a minority of them. Each attempt costs
+///   a round trip to every master, waiting polls with backoff and is not fair, and it is not a
+///   consensus system: it still trusts clocks, bounded pauses and masters that do not forget.
 /// * **Java waiters' deadlines** are computed from the Java client's clock, and Redisson purges a
 ///   live Java waiter that waits longer than its wait timeout (5 minutes by default); fairlock's
 ///   own waiters use the server clock and heartbeats and are never purged while alive.

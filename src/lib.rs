@@ -5,6 +5,7 @@
 //!
 //! * [`FairLock`]: waiters are served in arrival order; only the head of the queue is woken.
 //! * [`Lock`]: Redisson's non-fair `RLock`; one release message wakes one local waiter.
+//! * [`RedLock`]: the Redlock algorithm over several independent masters (majority quorum).
 //! * Reentrant per holder (the current tokio task by default), with a hold count.
 //! * A watchdog renews locks taken without a lease, from one timer wheel per client, batched; the
 //!   holder is told through [`LockGuard::lost`] the moment the lock can no longer be trusted.
@@ -76,6 +77,7 @@ mod holder;
 mod keys;
 mod lock;
 mod ops;
+mod redlock;
 mod scripts;
 mod state;
 mod subscriber;
@@ -91,4 +93,5 @@ pub use error::{Error, Result};
 pub use fair::FairLock;
 pub use guard::{LockGuard, LostReason};
 pub use lock::Lock;
+pub use redlock::{RedLock, RedLockGuard};
 pub use state::{LockState, Owner, QueuedWaiter};
