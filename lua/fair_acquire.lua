@@ -24,8 +24,7 @@ local lease, field, liveness = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local mode, fenced = ARGV[4], ARGV[5] == '1'
 local publish_cmd, channel_prefix = ARGV[6], ARGV[7]
 
-local now = server_now_ms()
-local purged = purge_stale_head(queue, deadlines, now)
+local purged, head = purge_stale_head(queue, deadlines)
 
 local function granted()
   redis.call('PEXPIRE', name, lease)
@@ -38,20 +37,20 @@ end
 -- A waiter that is still waiting but is no longer queued was removed as a stale head (its deadline
 -- lapsed, e.g. while Redis was unreachable). It was the head then, so putting it back at the head
 -- restores the order everyone else already had.
-if mode == 'requeue' and redis.call('HEXISTS', name, field) == 0
+if mode == 'requeue' and head ~= field and redis.call('HEXISTS', name, field) == 0
     and not redis.call('ZSCORE', deadlines, field) then
-  redis.call('ZADD', deadlines, now + liveness, field)
+  redis.call('ZADD', deadlines, server_now_ms() + liveness, field)
   redis.call('LPUSH', queue, field)
+  head = field
 end
 
-local head = redis.call('LINDEX', queue, 0)
-
--- 1. Free and we are first in line (or nobody waits): take it.
+-- 1. Free and we are first in line (or nobody waits): take it. (An empty queue means an empty
+-- deadline set: the two always hold the same members.)
 if redis.call('EXISTS', name) == 0 and (not head or head == field) then
   if head then
     redis.call('LPOP', queue)
+    redis.call('ZREM', deadlines, field)
   end
-  redis.call('ZREM', deadlines, field)
   redis.call('HSET', name, field, 1)
   return granted()
 end
@@ -64,8 +63,8 @@ end
 
 -- The lock stays with someone else; if purging made a different waiter the head of a free lock,
 -- wake it so a dead head never strands the queue.
-if purged > 0 then
-  wake_head_if_free(name, queue, publish_cmd, channel_prefix, field)
+if purged > 0 and head and head ~= field and redis.call('EXISTS', name) == 0 then
+  tell(publish_cmd, channel_prefix, head)
 end
 
 -- The head must watch the lock's TTL (nobody announces an expiry). The waiter right behind the
@@ -78,7 +77,7 @@ local function hint()
   if head and redis.call('LINDEX', queue, 1) == field then
     local head_deadline = redis.call('ZSCORE', deadlines, head)
     if head_deadline then
-      return math.max(0, tonumber(head_deadline) - now)
+      return math.max(0, tonumber(head_deadline) - server_now_ms())
     end
   end
   return -1
@@ -86,7 +85,7 @@ end
 
 -- 3. Already queued: refresh our deadline (the attempt doubles as a heartbeat).
 if redis.call('ZSCORE', deadlines, field) then
-  redis.call('ZADD', deadlines, 'XX', now + liveness, field)
+  redis.call('ZADD', deadlines, 'XX', server_now_ms() + liveness, field)
   return {0, hint()}
 end
 
@@ -94,8 +93,10 @@ if mode == 'try' then
   return {0, redis.call('PTTL', name)}
 end
 
--- 4. Join the tail.
-redis.call('ZADD', deadlines, now + liveness, field)
+-- 4. Join the tail (the head when the queue was empty).
+redis.call('ZADD', deadlines, server_now_ms() + liveness, field)
 redis.call('RPUSH', queue, field)
-head = redis.call('LINDEX', queue, 0)
+if not head then
+  head = field
+end
 return {0, hint()}

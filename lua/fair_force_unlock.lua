@@ -8,10 +8,8 @@
 local name, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
 local publish_cmd, channel_prefix = ARGV[1], ARGV[2]
 
-purge_stale_head(queue, deadlines, server_now_ms())
-
 if redis.call('DEL', name) == 1 then
-  wake_head_if_free(name, queue, publish_cmd, channel_prefix, nil)
+  wake_head(queue, deadlines, publish_cmd, channel_prefix, nil)
   return 1
 end
 return 0

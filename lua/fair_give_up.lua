@@ -12,9 +12,9 @@
 local name, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
 local field, publish_cmd, channel_prefix = ARGV[1], ARGV[2], ARGV[3]
 
-purge_stale_head(queue, deadlines, server_now_ms())
-
 local was_queued = redis.call('ZREM', deadlines, field)
 redis.call('LREM', queue, 0, field)
-wake_head_if_free(name, queue, publish_cmd, channel_prefix, nil)
+if redis.call('EXISTS', name) == 0 then
+  wake_head(queue, deadlines, publish_cmd, channel_prefix, nil)
+end
 return was_queued

@@ -14,19 +14,19 @@
 -- whose process died is removed within the liveness window even when nobody else runs a script.
 
 local liveness, publish_cmd = tonumber(ARGV[1]), ARGV[2]
-local now = server_now_ms()
 local replies = {}
 
 for i = 1, #KEYS / 3 do
   local name, queue, deadlines = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local field, channel_prefix = ARGV[2 * i + 1], ARGV[2 * i + 2]
-  if purge_stale_head(queue, deadlines, now) > 0 then
-    wake_head_if_free(name, queue, publish_cmd, channel_prefix, field)
+  local purged, head = purge_stale_head(queue, deadlines)
+  if purged > 0 and head and head ~= field and redis.call('EXISTS', name) == 0 then
+    tell(publish_cmd, channel_prefix, head)
   end
-  if redis.call('ZADD', deadlines, 'XX', 'CH', now + liveness, field) == 0
+  if redis.call('ZADD', deadlines, 'XX', 'CH', server_now_ms() + liveness, field) == 0
       and not redis.call('ZSCORE', deadlines, field) then
     replies[i] = 2
-  elseif redis.call('EXISTS', name) == 0 and redis.call('LINDEX', queue, 0) == field then
+  elseif redis.call('EXISTS', name) == 0 and head == field then
     replies[i] = 1
   elseif redis.call('LINDEX', queue, 1) == field then
     replies[i] = 3

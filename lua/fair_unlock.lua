@@ -4,6 +4,8 @@
 -- ARGV[1] lease in ms, re-applied when holds remain (the lease the lock was taken with)
 -- ARGV[2] owner field
 -- ARGV[3] publish command, ARGV[4] release channel of this lock, ARGV[5] latch lifetime (ms)
+-- ARGV[6] '1' when this is a retry of the same request (only a retry can find its latch set, so
+--         the first attempt skips the lookup)
 --
 -- Reply: 1 released (the head, if any, was told), 0 still held (one hold fewer),
 --        2 the lock no longer existed (expired; treated as released, as RFairLock does, and the head
@@ -13,19 +15,18 @@ local name, queue, deadlines, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lease, field = tonumber(ARGV[1]), ARGV[2]
 local publish_cmd, channel_prefix, latch_ms = ARGV[3], ARGV[4], tonumber(ARGV[5])
 
-local seen = latched_outcome(latch)
-if seen then
-  return seen
-end
-
-purge_stale_head(queue, deadlines, server_now_ms())
-
-if redis.call('EXISTS', name) == 0 then
-  wake_head_if_free(name, queue, publish_cmd, channel_prefix, nil)
-  return 2
+if ARGV[6] == '1' then
+  local seen = latched_outcome(latch)
+  if seen then
+    return seen
+  end
 end
 
 if redis.call('HEXISTS', name, field) == 0 then
+  if redis.call('EXISTS', name) == 0 then
+    wake_head(queue, deadlines, publish_cmd, channel_prefix, nil)
+    return 2
+  end
   return -1
 end
 
@@ -35,5 +36,5 @@ if redis.call('HINCRBY', name, field, -1) > 0 then
 end
 
 redis.call('DEL', name)
-wake_head_if_free(name, queue, publish_cmd, channel_prefix, nil)
+wake_head(queue, deadlines, publish_cmd, channel_prefix, nil)
 return remember_outcome(latch, 1, latch_ms)

@@ -3,6 +3,8 @@
 -- KEYS[1] owner hash NAME, KEYS[2] unlock latch key of this request
 -- ARGV[1] lease in ms, re-applied when holds remain, ARGV[2] owner field
 -- ARGV[3] publish command, ARGV[4] release channel, ARGV[5] how long the latch is kept (ms)
+-- ARGV[6] '1' when this is a retry of the same request (only a retry can find its latch set, so
+--         the first attempt skips the lookup)
 --
 -- Reply: 1 released (and '0' published on the release channel), 0 still held (one hold fewer),
 --        -1 not ours (someone else holds it, or nobody: an expired RLock is not ours any more).
@@ -11,9 +13,11 @@ local name, latch = KEYS[1], KEYS[2]
 local lease, field = tonumber(ARGV[1]), ARGV[2]
 local publish_cmd, channel, latch_ms = ARGV[3], ARGV[4], tonumber(ARGV[5])
 
-local seen = latched_outcome(latch)
-if seen then
-  return seen
+if ARGV[6] == '1' then
+  local seen = latched_outcome(latch)
+  if seen then
+    return seen
+  end
 end
 if redis.call('HEXISTS', name, field) == 0 then
   return -1

@@ -1,9 +1,12 @@
 //! Script invocations and reply decoding: the only place that knows the argument order of each Lua
 //! script. Lock handles, guards and the background driver all go through these functions.
 
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
-use redis::{Pipeline, RedisError, ScriptInvocation, Value};
+use redis::{Cmd, Pipeline, RedisError, Value};
 
 use crate::conn::Conn;
 use crate::error::{Error, Result};
@@ -35,7 +38,7 @@ impl LockSpec {
     }
 
     pub(crate) fn name(&self) -> &str {
-        &self.keys.name
+        self.keys.name()
     }
 
     /// The channel a waiter of this lock listens on: its own per-waiter channel for a fair lock,
@@ -43,7 +46,7 @@ impl LockSpec {
     pub(crate) fn wake_channel(&self, field: &str) -> String {
         match self.kind {
             Kind::Fair => self.keys.waiter_channel(field),
-            Kind::NonFair => self.keys.channel.clone(),
+            Kind::NonFair => self.keys.channel().to_owned(),
         }
     }
 }
@@ -113,24 +116,24 @@ pub(crate) async fn acquire(conn: &mut Conn, args: &AcquireArgs) -> Result<Attem
     let reply: Vec<i64> = match args.spec.kind {
         Kind::Fair => {
             scripts::FAIR_ACQUIRE
-                .key(&keys.name)
-                .key(&keys.queue)
-                .key(&keys.deadlines)
-                .key(&keys.token)
+                .key(keys.name())
+                .key(keys.queue())
+                .key(keys.deadlines())
+                .key(keys.token())
                 .arg(args.lease_ms)
                 .arg(&*args.field)
                 .arg(args.liveness_ms)
                 .arg(args.mode.as_arg())
                 .arg(if args.fenced { "1" } else { "0" })
                 .arg(publish)
-                .arg(&keys.channel)
+                .arg(keys.channel())
                 .invoke_async(conn)
                 .await?
         }
         Kind::NonFair => {
             scripts::LOCK_ACQUIRE
-                .key(&keys.name)
-                .key(&keys.token)
+                .key(keys.name())
+                .key(keys.token())
                 .arg(args.lease_ms)
                 .arg(&*args.field)
                 .arg(if args.fenced { "1" } else { "0" })
@@ -149,6 +152,7 @@ pub(crate) async fn acquire(conn: &mut Conn, args: &AcquireArgs) -> Result<Attem
 
 /// Releases one hold of `field`. `request` (32 lowercase hex) names this release: sending the same
 /// request again (a retry after a timeout) returns the first outcome instead of releasing twice.
+/// `retry` is set on every send of a request after the first: only then is the latch looked up.
 pub(crate) async fn unlock(
     conn: &mut Conn,
     spec: &LockSpec,
@@ -156,34 +160,37 @@ pub(crate) async fn unlock(
     lease_ms: i64,
     request: &str,
     latch_ms: i64,
+    retry: bool,
 ) -> Result<Unlocked> {
     let keys = &spec.keys;
     let publish = conn.publish_command();
-    let latch = format!("{}:{}", keys.latch_prefix, request);
+    let latch = format!("{}:{}", keys.latch_prefix(), request);
     let code: i64 = match spec.kind {
         Kind::Fair => {
             scripts::FAIR_UNLOCK
-                .key(&keys.name)
-                .key(&keys.queue)
-                .key(&keys.deadlines)
+                .key(keys.name())
+                .key(keys.queue())
+                .key(keys.deadlines())
                 .key(&latch)
                 .arg(lease_ms)
                 .arg(field)
                 .arg(publish)
-                .arg(&keys.channel)
+                .arg(keys.channel())
                 .arg(latch_ms)
+                .arg(if retry { "1" } else { "0" })
                 .invoke_async(conn)
                 .await?
         }
         Kind::NonFair => {
             scripts::LOCK_UNLOCK
-                .key(&keys.name)
+                .key(keys.name())
                 .key(&latch)
                 .arg(lease_ms)
                 .arg(field)
                 .arg(publish)
-                .arg(&keys.channel)
+                .arg(keys.channel())
                 .arg(latch_ms)
+                .arg(if retry { "1" } else { "0" })
                 .invoke_async(conn)
                 .await?
         }
@@ -216,7 +223,7 @@ pub(crate) async fn release(
         .max(1000);
     let mut attempt = 1;
     loop {
-        match unlock(conn, spec, field, lease_ms, &request, latch_ms).await {
+        match unlock(conn, spec, field, lease_ms, &request, latch_ms, attempt > 1).await {
             Err(Error::Redis(e))
                 if attempt < RELEASE_ATTEMPTS
                     && (e.is_timeout() || e.is_connection_dropped() || e.is_io_error()) =>
@@ -235,12 +242,12 @@ pub(crate) async fn give_up(conn: &mut Conn, spec: &LockSpec, field: &str) -> Re
     let keys = &spec.keys;
     let publish = conn.publish_command();
     let removed: i64 = scripts::FAIR_GIVE_UP
-        .key(&keys.name)
-        .key(&keys.queue)
-        .key(&keys.deadlines)
+        .key(keys.name())
+        .key(keys.queue())
+        .key(keys.deadlines())
         .arg(field)
         .arg(publish)
-        .arg(&keys.channel)
+        .arg(keys.channel())
         .invoke_async(conn)
         .await?;
     Ok(removed == 1)
@@ -253,19 +260,19 @@ pub(crate) async fn force_unlock(conn: &mut Conn, spec: &LockSpec) -> Result<boo
     let deleted: i64 = match spec.kind {
         Kind::Fair => {
             scripts::FAIR_FORCE_UNLOCK
-                .key(&keys.name)
-                .key(&keys.queue)
-                .key(&keys.deadlines)
+                .key(keys.name())
+                .key(keys.queue())
+                .key(keys.deadlines())
                 .arg(publish)
-                .arg(&keys.channel)
+                .arg(keys.channel())
                 .invoke_async(conn)
                 .await?
         }
         Kind::NonFair => {
             scripts::LOCK_FORCE_UNLOCK
-                .key(&keys.name)
+                .key(keys.name())
                 .arg(publish)
-                .arg(&keys.channel)
+                .arg(keys.channel())
                 .invoke_async(conn)
                 .await?
         }
@@ -285,9 +292,9 @@ pub(crate) async fn state(conn: &mut Conn, spec: &LockSpec) -> Result<RawState> 
     let keys = &spec.keys;
     type Pairs = Vec<(String, i64)>;
     let (now_ms, pttl_ms, owners, waiters): (i64, i64, Pairs, Pairs) = scripts::STATE
-        .key(&keys.name)
-        .key(&keys.queue)
-        .key(&keys.deadlines)
+        .key(keys.name())
+        .key(keys.queue())
+        .key(keys.deadlines())
         .invoke_async(conn)
         .await?;
     Ok(RawState {
@@ -298,17 +305,14 @@ pub(crate) async fn state(conn: &mut Conn, spec: &LockSpec) -> Result<RawState> 
     })
 }
 
-/// Sends several invocations of one script in one pipeline (one round trip). A `NOSCRIPT` reply
-/// (e.g. after `SCRIPT FLUSH` or a failover) loads the script and sends the pipeline once more.
+/// Runs a batch of calls of one script pipelined in one round trip. The calls are plain `EVALSHA`
+/// commands (one buffer per call, not one per key); after a `NOSCRIPT` (e.g. `SCRIPT FLUSH`,
+/// a restart or a failover) the script is loaded and the batch sent once more.
 pub(crate) async fn pipelined(
     conn: &mut Conn,
     script: &redis::Script,
-    invocations: &[ScriptInvocation<'_>],
+    pipe: &Pipeline,
 ) -> Result<Vec<Vec<i64>>, RedisError> {
-    let mut pipe = Pipeline::with_capacity(invocations.len());
-    for invocation in invocations {
-        pipe.invoke_script(invocation);
-    }
     match pipe.query_async::<Vec<Vec<i64>>>(conn).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             script.prepare_invoke().load_async(conn).await?;
@@ -316,6 +320,13 @@ pub(crate) async fn pipelined(
         }
         other => other,
     }
+}
+
+/// An `EVALSHA` of `script` with `keys` keys; the caller adds the keys, then the arguments.
+fn evalsha(script: &redis::Script, keys: usize) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys);
+    cmd
 }
 
 /// One renewal entry: lock name and our field.
@@ -329,20 +340,30 @@ pub(crate) async fn renew(
     ttl_ms: i64,
     batch: usize,
 ) -> Result<Vec<bool>, RedisError> {
-    let invocations: Vec<ScriptInvocation<'_>> = items
-        .chunks(batch)
-        .map(|chunk| {
-            let mut inv = scripts::RENEW.prepare_invoke();
-            inv.arg(ttl_ms);
-            for (name, field) in chunk {
-                inv.key(*name).arg(*field);
+    let mut out = Vec::with_capacity(items.len());
+    // One pipeline of up to `CALLS_PER_PIPELINE` calls at a time: the client's memory for a
+    // renewal stays bounded however many locks are held (10,000 locks: 10 round trips).
+    for group in items.chunks(batch.max(1) * CALLS_PER_PIPELINE) {
+        let mut pipe = Pipeline::with_capacity(CALLS_PER_PIPELINE);
+        for chunk in group.chunks(batch.max(1)) {
+            let mut cmd = evalsha(&scripts::RENEW, chunk.len());
+            for (name, _) in chunk {
+                cmd.arg(*name);
             }
-            inv
-        })
-        .collect();
-    let replies = pipelined(conn, &scripts::RENEW, &invocations).await?;
-    Ok(replies.into_iter().flatten().map(|r| r == 1).collect())
+            cmd.arg(ttl_ms);
+            for (_, field) in chunk {
+                cmd.arg(*field);
+            }
+            pipe.add_command(cmd);
+        }
+        let replies = pipelined(conn, &scripts::RENEW, &pipe).await?;
+        out.extend(replies.into_iter().flatten().map(|r| r == 1));
+    }
+    Ok(out)
 }
+
+/// Script calls per pipeline in a renewal batch (see [`renew`]).
+const CALLS_PER_PIPELINE: usize = 10;
 
 /// What a heartbeat learned about one waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -365,20 +386,20 @@ pub(crate) async fn heartbeat(
     batch: usize,
 ) -> Result<Vec<Beat>, RedisError> {
     let publish = conn.publish_command();
-    let invocations: Vec<ScriptInvocation<'_>> = items
-        .chunks(batch)
-        .map(|chunk| {
-            let mut inv = scripts::FAIR_HEARTBEAT.prepare_invoke();
-            inv.arg(liveness_ms).arg(publish);
-            for (spec, field) in chunk {
-                let k = &spec.keys;
-                inv.key(&k.name).key(&k.queue).key(&k.deadlines);
-                inv.arg(*field).arg(&k.channel);
-            }
-            inv
-        })
-        .collect();
-    let replies = pipelined(conn, &scripts::FAIR_HEARTBEAT, &invocations).await?;
+    let mut pipe = Pipeline::with_capacity(items.len().div_ceil(batch.max(1)));
+    for chunk in items.chunks(batch.max(1)) {
+        let mut cmd = evalsha(&scripts::FAIR_HEARTBEAT, 3 * chunk.len());
+        for (spec, _) in chunk {
+            let k = &spec.keys;
+            cmd.arg(k.name()).arg(k.queue()).arg(k.deadlines());
+        }
+        cmd.arg(liveness_ms).arg(publish);
+        for (spec, field) in chunk {
+            cmd.arg(*field).arg(spec.keys.channel());
+        }
+        pipe.add_command(cmd);
+    }
+    let replies = pipelined(conn, &scripts::FAIR_HEARTBEAT, &pipe).await?;
     Ok(replies
         .into_iter()
         .flatten()
@@ -411,4 +432,31 @@ pub(crate) async fn wait_replicas(conn: &mut Conn, replicas: u64, timeout_ms: i6
         .arg(timeout_ms)
         .query_async(conn)
         .await?)
+}
+
+/// Polls every future until all are done, in the calling task: no spawn (so the caller's task
+/// stays the default holder, and dropping the join drops every future at once) and no extra crate.
+pub(crate) async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut running: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut done: Vec<Option<F::Output>> = running.iter().map(|_| None).collect();
+    poll_fn(|cx| {
+        let mut all = true;
+        for (future, out) in running.iter_mut().zip(done.iter_mut()) {
+            if out.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *out = Some(value),
+                    Poll::Pending => all = false,
+                }
+            }
+        }
+        if all {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    done.into_iter()
+        .map(|out| out.expect("every future completed"))
+        .collect()
 }
