@@ -7,14 +7,14 @@
 //! so a release between the first attempt and the subscription cannot be missed. After that we sleep until a message, the hint the script gave (the lock's
 //! TTL when we are the head: nobody announces an expiry), our deadline, or a shutdown.
 //!
-//! Every attempt runs in a spawned task. If the caller drops the future while one is in flight,
-//! the task's outcome is handed to the driver, which releases a lock granted too late or leaves
-//! the queue: no I/O in `Drop`, and nothing is left behind.
+//! Every attempt is a boxed future polled by the caller's future. If the caller drops the future
+//! while one is in flight, the attempt itself is handed to the driver, which runs it to its end and
+//! releases a lock granted too late or leaves the queue: no I/O in `Drop`, no task spawned on the
+//! normal path, and nothing is left behind.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::client::Inner;
@@ -23,7 +23,7 @@ use crate::error::{duration_ms, Error, Result};
 use crate::guard::LockGuard;
 use crate::ops::{self, AcquireArgs, Attempt, Kind, LockSpec, Mode};
 use crate::subscriber::Subscription;
-use crate::timer::{WaiterBeat, Work};
+use crate::timer::{AttemptFuture, WaiterBeat, Work};
 
 /// What one lock call asks for.
 #[derive(Debug, Clone, Copy)]
@@ -107,7 +107,7 @@ struct Waiter {
     inner: Arc<Inner>,
     args: AcquireArgs,
     /// The attempt currently running, if the caller is awaiting one.
-    in_flight: Option<JoinHandle<Result<Attempt>>>,
+    in_flight: Option<AttemptFuture>,
     /// We may be in the fair queue (set before the first attempt that can enqueue).
     queued: bool,
     subscription: Option<Subscription>,
@@ -190,7 +190,8 @@ impl Waiter {
         }
     }
 
-    /// Sends one attempt from a spawned task and waits for it.
+    /// Sends one attempt and waits for it. The attempt is kept in `in_flight` while it runs, so
+    /// a caller that drops us meanwhile hands it to the driver to settle.
     async fn attempt(&mut self) -> Result<Attempt> {
         if self.args.spec.kind == Kind::Fair && self.args.mode != Mode::Try {
             self.queued = true;
@@ -199,7 +200,7 @@ impl Waiter {
         let args = self.args.clone();
         let sync = self.inner.config.replica_sync;
         let timeout = self.inner.config.command_timeout;
-        let handle = self.in_flight.insert(tokio::spawn(async move {
+        let attempt = self.in_flight.insert(Box::pin(async move {
             let attempt = ops::acquire(&mut conn, &args).await?;
             match (attempt, sync) {
                 (Attempt::Acquired { .. }, Some(sync)) => {
@@ -208,9 +209,9 @@ impl Waiter {
                 _ => Ok(attempt),
             }
         }));
-        let outcome = handle.await;
+        let outcome = attempt.as_mut().await;
         self.in_flight = None;
-        outcome.map_err(|_| Error::Shutdown)?
+        outcome
     }
 
     /// Subscribes to our wake-up channel.
@@ -251,7 +252,7 @@ impl Waiter {
 /// Replica sync after a grant (see `Builder::replica_sync`): waits for a replica to acknowledge
 /// the hold just taken. When none does, the hold is released again and the configured reaction
 /// decides: an error, or a `Waiting` outcome so the caller tries again. Runs inside the attempt's
-/// task, so a caller that stops waiting meanwhile leaves the outcome to the driver like any other.
+/// future, so a caller that stops waiting meanwhile leaves the outcome to the driver like any other.
 async fn synced(
     conn: &mut crate::conn::Conn,
     args: &AcquireArgs,

@@ -51,6 +51,9 @@ pub(crate) struct Inner {
     pub(crate) holds: Holds,
     /// `true` once shut down; waiters watch it.
     pub(crate) closed: watch::Sender<bool>,
+    /// The last owner field built: a holder taking many locks (or one lock many times) shares
+    /// one allocation.
+    last_field: std::sync::Mutex<Option<(i64, Arc<str>)>>,
 }
 
 impl Inner {
@@ -64,7 +67,15 @@ impl Inner {
 
     /// The owner field of `holder` in this client.
     pub(crate) fn field(&self, holder: i64) -> Arc<str> {
-        format!("{}:{}", self.uuid, holder).into()
+        let mut last = self.last_field.lock().unwrap_or_else(|p| p.into_inner());
+        match &*last {
+            Some((h, field)) if *h == holder => field.clone(),
+            _ => {
+                let field: Arc<str> = format!("{}:{}", self.uuid, holder).into();
+                *last = Some((holder, field.clone()));
+                field
+            }
+        }
     }
 }
 
@@ -106,6 +117,7 @@ impl Client {
             driver,
             holds: Holds::default(),
             closed: watch::Sender::new(false),
+            last_field: std::sync::Mutex::new(None),
         });
         tracing::debug!(client = %id, "fairlock client started");
         Ok(Client { inner })
@@ -149,11 +161,7 @@ impl Client {
         self.inner.subscriber.wake_all();
         for held in self.inner.holds.all() {
             held.mark_lost(LostReason::Shutdown);
-            let holds = self.inner.holds.local_holds(&(
-                held.spec.kind,
-                held.name().to_owned(),
-                held.field.clone(),
-            ));
+            let holds = held.local_holds();
             for _ in 0..holds {
                 if unlock_hold(&held).await.is_err() {
                     break;

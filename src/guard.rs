@@ -1,16 +1,17 @@
 //! Holding a lock: the public [`LockGuard`] over the per-holder hold state the watchdog tracks.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use crate::client::Inner;
 use crate::error::{Error, Result};
-use crate::ops::{self, Kind, LockSpec, Unlocked};
-use crate::timer::Work;
+use crate::ops::{self, LockSpec, Unlocked};
+use crate::timer::{Handoff, Work};
 
 /// Why a held lock can no longer be trusted. See [`LockGuard::lost`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,8 +43,55 @@ impl std::fmt::Display for LostReason {
     }
 }
 
-/// Registry key of a hold: one entry per (kind, name, owner field) in a client.
-pub(crate) type HoldKey = (Kind, String, Arc<str>);
+impl LostReason {
+    /// Non-zero code stored in [`Held`] (0 means not lost).
+    fn code(self) -> u8 {
+        match self {
+            LostReason::Gone => 1,
+            LostReason::RenewalFailed => 2,
+            LostReason::LeaseExpired => 3,
+            LostReason::ValidityExpired => 4,
+            LostReason::Shutdown => 5,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<LostReason> {
+        Some(match code {
+            1 => LostReason::Gone,
+            2 => LostReason::RenewalFailed,
+            3 => LostReason::LeaseExpired,
+            4 => LostReason::ValidityExpired,
+            5 => LostReason::Shutdown,
+            _ => return None,
+        })
+    }
+}
+
+/// Registry key of a hold: one entry per (kind, name, owner field) in a client. It shares the
+/// hold's spec and field rather than copying the name.
+#[derive(Debug, Clone)]
+struct HoldKey {
+    spec: Arc<LockSpec>,
+    field: Arc<str>,
+}
+
+impl PartialEq for HoldKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.spec.kind == other.spec.kind
+            && self.spec.name() == other.spec.name()
+            && self.field == other.field
+    }
+}
+
+impl Eq for HoldKey {}
+
+impl Hash for HoldKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.spec.kind.hash(state);
+        self.spec.name().hash(state);
+        self.field.hash(state);
+    }
+}
 
 static NEXT_HELD_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -64,7 +112,9 @@ pub(crate) struct Held {
     /// Set when the last local hold is released: from then on the watchdog never renews it and
     /// ignores any renewal reply still in flight.
     released: AtomicBool,
-    lost: watch::Sender<Option<LostReason>>,
+    /// [`LostReason::code`] once lost, 0 before; set once, and `lost_notify` wakes the waiters.
+    lost: AtomicU8,
+    lost_notify: Notify,
 }
 
 impl Held {
@@ -77,19 +127,23 @@ impl Held {
     }
 
     pub(crate) fn lost_reason(&self) -> Option<LostReason> {
-        *self.lost.borrow()
+        LostReason::from_code(self.lost.load(Ordering::Acquire))
+    }
+
+    /// Local guards alive on this entry.
+    pub(crate) fn local_holds(&self) -> u64 {
+        self.holds.load(Ordering::Relaxed)
     }
 
     /// Marks the lock lost (first reason wins). Returns whether this call did it.
     pub(crate) fn mark_lost(&self, reason: LostReason) -> bool {
-        let first = self.lost.send_if_modified(|slot| {
-            if slot.is_none() {
-                *slot = Some(reason);
-                true
-            } else {
-                false
-            }
-        });
+        let first = self
+            .lost
+            .compare_exchange(0, reason.code(), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if first {
+            self.lost_notify.notify_waiters();
+        }
         if first && !self.is_released() {
             tracing::warn!(lock = self.name(), field = &*self.field, %reason, "lock lost");
         }
@@ -120,13 +174,16 @@ impl Holds {
         watchdog: bool,
         sent: Instant,
     ) -> Arc<Held> {
-        let key: HoldKey = (spec.kind, spec.name().to_owned(), field.clone());
+        let key = HoldKey {
+            spec: spec.clone(),
+            field: field.clone(),
+        };
         let mut map = self.lock();
         if let Some(held) = map.get(&key).and_then(Weak::upgrade) {
             if held.lost_reason().is_none() && !held.is_released() {
                 held.holds.fetch_add(1, Ordering::Relaxed);
                 held.lease_ms.store(lease_ms, Ordering::Relaxed);
-                inner.driver.send(Work::Acquired {
+                inner.driver.send_lazy(Work::Acquired {
                     held: held.clone(),
                     sent,
                     lease_ms,
@@ -143,10 +200,11 @@ impl Holds {
             lease_ms: AtomicI64::new(lease_ms),
             holds: AtomicU64::new(1),
             released: AtomicBool::new(false),
-            lost: watch::Sender::new(None),
+            lost: AtomicU8::new(0),
+            lost_notify: Notify::new(),
         });
         map.insert(key, Arc::downgrade(&held));
-        inner.driver.send(Work::Acquired {
+        inner.driver.send_lazy(Work::Acquired {
             held: held.clone(),
             sent,
             lease_ms,
@@ -161,7 +219,10 @@ impl Holds {
         let last = held.holds.fetch_sub(1, Ordering::Relaxed) == 1;
         if last {
             held.released.store(true, Ordering::Release);
-            let key: HoldKey = (held.spec.kind, held.name().to_owned(), held.field.clone());
+            let key = HoldKey {
+                spec: held.spec.clone(),
+                field: held.field.clone(),
+            };
             if map
                 .get(&key)
                 .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(held)))
@@ -175,14 +236,6 @@ impl Holds {
     /// Every live hold (for shutdown).
     pub(crate) fn all(&self) -> Vec<Arc<Held>> {
         self.lock().values().filter_map(Weak::upgrade).collect()
-    }
-
-    /// Local hold count of one holder on one lock (0 when none).
-    pub(crate) fn local_holds(&self, key: &HoldKey) -> u64 {
-        self.lock()
-            .get(key)
-            .and_then(Weak::upgrade)
-            .map_or(0, |h| h.holds.load(Ordering::Relaxed))
     }
 }
 
@@ -238,13 +291,16 @@ impl LockGuard {
     /// # Cancel safety
     /// Cancel safe: dropping the future changes nothing, and awaiting again later still resolves.
     pub async fn lost(&self) -> LostReason {
-        let mut rx = self.held.lost.subscribe();
-        let reason = match rx.wait_for(Option::is_some).await {
-            Ok(reason) => *reason,
-            // The sender lives in `held`, which `self` keeps alive.
-            Err(_) => None,
-        };
-        reason.unwrap_or(LostReason::Shutdown)
+        loop {
+            let notified = self.held.lost_notify.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a `mark_lost` after it cannot be missed.
+            notified.as_mut().enable();
+            if let Some(reason) = self.held.lost_reason() {
+                return reason;
+            }
+            notified.await;
+        }
     }
 
     /// Releases this hold and reports the outcome.
@@ -261,19 +317,22 @@ impl LockGuard {
     /// watchdog no longer renews this hold, so the lock expires within its lease.
     ///
     /// # Cancel safety
-    /// Cancel safe: the release is sent from a background task, so dropping the future still
-    /// releases the hold exactly once; only the outcome is lost.
+    /// Cancel safe: if the future is dropped before the release completes, the client's
+    /// background task finishes it, so the hold is still released exactly once; only the outcome
+    /// is lost.
     pub async fn unlock(mut self) -> Result<()> {
         self.armed = false;
         let held = self.held.clone();
         if held.inner.holds.release(&held) {
-            held.inner.driver.send(Work::Forget { id: held.id });
+            held.inner.driver.send_lazy(Work::Forget { id: held.id });
         }
         let known_lost = held.lost_reason();
         let task_held = held.clone();
-        let outcome = tokio::spawn(async move { unlock_hold(&task_held).await })
-            .await
-            .map_err(|_| Error::Shutdown)??;
+        let release = Handoff::new(
+            &held.inner.driver,
+            async move { unlock_hold(&task_held).await },
+        );
+        let outcome = release.run().await?;
         match (known_lost, outcome) {
             // A fixed lease that simply ran out with nobody taking the lock since: Redisson's fair
             // unlock succeeds here, and so do we.

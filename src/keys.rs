@@ -8,49 +8,95 @@ const DEADLINES_PREFIX: &str = "redisson_lock_timeout";
 const TOKEN_PREFIX: &str = "redisson_lock_token";
 const LATCH_PREFIX: &str = "redisson_unlock_latch";
 
-/// Every Redis name one lock uses, derived once per handle.
+/// Every Redis name one lock uses, derived once per handle and kept back to back in one
+/// allocation (a held lock keeps its names for as long as it is held, so this stays small).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
-    /// The owner hash: the lock name itself.
-    pub(crate) name: String,
-    /// Release channel; the fair lock's per-waiter channels are this plus `:<owner field>`.
-    pub(crate) channel: String,
-    /// Fair waiter queue (list).
-    pub(crate) queue: String,
-    /// Fair waiter deadlines (sorted set).
-    pub(crate) deadlines: String,
-    /// Fencing token counter.
-    pub(crate) token: String,
-    /// Prefix of the unlock latch keys: `<prefix>:<request id>`.
-    pub(crate) latch_prefix: String,
+    /// The owner hash name, release channel, queue, deadline set, fencing counter and latch
+    /// prefix, concatenated.
+    buf: Box<str>,
+    /// Where each of the six names ends in `buf`.
+    ends: [u32; 6],
 }
 
 impl LockKeys {
     /// Derives the names for `name`. Call [`validate`] first.
     pub(crate) fn new(name: &str) -> Self {
-        LockKeys {
-            name: name.to_owned(),
-            channel: derived(RELEASE_CHANNEL_PREFIX, name),
-            queue: derived(QUEUE_PREFIX, name),
-            deadlines: derived(DEADLINES_PREFIX, name),
-            token: derived(TOKEN_PREFIX, name),
-            latch_prefix: derived(LATCH_PREFIX, name),
+        let mut buf = String::with_capacity(6 * name.len() + 112);
+        let mut ends = [0u32; 6];
+        buf.push_str(name);
+        ends[0] = buf.len() as u32;
+        for (i, prefix) in [
+            RELEASE_CHANNEL_PREFIX,
+            QUEUE_PREFIX,
+            DEADLINES_PREFIX,
+            TOKEN_PREFIX,
+            LATCH_PREFIX,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            push_derived(&mut buf, prefix, name);
+            ends[i + 1] = buf.len() as u32;
         }
+        LockKeys {
+            buf: buf.into_boxed_str(),
+            ends,
+        }
+    }
+
+    fn part(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.buf[start..self.ends[i] as usize]
+    }
+
+    /// The owner hash: the lock name itself.
+    pub(crate) fn name(&self) -> &str {
+        self.part(0)
+    }
+
+    /// Release channel; the fair lock's per-waiter channels are this plus `:<owner field>`.
+    pub(crate) fn channel(&self) -> &str {
+        self.part(1)
+    }
+
+    /// Fair waiter queue (list).
+    pub(crate) fn queue(&self) -> &str {
+        self.part(2)
+    }
+
+    /// Fair waiter deadlines (sorted set).
+    pub(crate) fn deadlines(&self) -> &str {
+        self.part(3)
+    }
+
+    /// Fencing token counter.
+    pub(crate) fn token(&self) -> &str {
+        self.part(4)
+    }
+
+    /// Prefix of the unlock latch keys: `<prefix>:<request id>`.
+    pub(crate) fn latch_prefix(&self) -> &str {
+        self.part(5)
     }
 
     /// The per-waiter channel of a fair waiter (PROTOCOL 1).
     pub(crate) fn waiter_channel(&self, field: &str) -> String {
-        format!("{}:{}", self.channel, field)
+        format!("{}:{}", self.channel(), field)
     }
 }
 
 /// Redisson's prefix rule, byte for byte: a name containing `{` anywhere is used as is (the user
 /// chose the hash tag), any other name is wrapped in braces so every derived key shares its slot.
-fn derived(prefix: &str, name: &str) -> String {
+fn push_derived(buf: &mut String, prefix: &str, name: &str) {
+    buf.push_str(prefix);
     if name.contains('{') {
-        format!("{prefix}:{name}")
+        buf.push(':');
+        buf.push_str(name);
     } else {
-        format!("{prefix}:{{{name}}}")
+        buf.push_str(":{");
+        buf.push_str(name);
+        buf.push('}');
     }
 }
 
@@ -89,12 +135,12 @@ mod tests {
     #[test]
     fn plain_names_get_braces() {
         let k = LockKeys::new("orders:42");
-        assert_eq!(k.name, "orders:42");
-        assert_eq!(k.channel, "redisson_lock__channel:{orders:42}");
-        assert_eq!(k.queue, "redisson_lock_queue:{orders:42}");
-        assert_eq!(k.deadlines, "redisson_lock_timeout:{orders:42}");
-        assert_eq!(k.token, "redisson_lock_token:{orders:42}");
-        assert_eq!(k.latch_prefix, "redisson_unlock_latch:{orders:42}");
+        assert_eq!(k.name(), "orders:42");
+        assert_eq!(k.channel(), "redisson_lock__channel:{orders:42}");
+        assert_eq!(k.queue(), "redisson_lock_queue:{orders:42}");
+        assert_eq!(k.deadlines(), "redisson_lock_timeout:{orders:42}");
+        assert_eq!(k.token(), "redisson_lock_token:{orders:42}");
+        assert_eq!(k.latch_prefix(), "redisson_unlock_latch:{orders:42}");
         assert_eq!(
             k.waiter_channel("u:7"),
             "redisson_lock__channel:{orders:42}:u:7"
@@ -104,9 +150,9 @@ mod tests {
     #[test]
     fn names_with_a_brace_are_used_as_is() {
         let k = LockKeys::new("{user1}:cart");
-        assert_eq!(k.queue, "redisson_lock_queue:{user1}:cart");
+        assert_eq!(k.queue(), "redisson_lock_queue:{user1}:cart");
         let k = LockKeys::new("a{b");
-        assert_eq!(k.deadlines, "redisson_lock_timeout:a{b");
+        assert_eq!(k.deadlines(), "redisson_lock_timeout:a{b");
     }
 
     #[test]
@@ -142,16 +188,16 @@ mod tests {
     fn derived_keys_share_the_hash_tag_of_tagged_names() {
         let k = LockKeys::new("{t}x");
         for key in [
-            &k.channel,
-            &k.queue,
-            &k.deadlines,
-            &k.token,
-            &k.latch_prefix,
+            k.channel(),
+            k.queue(),
+            k.deadlines(),
+            k.token(),
+            k.latch_prefix(),
         ] {
             assert_eq!(hash_tag(key), Some("t"));
         }
         let k = LockKeys::new("plain");
-        for key in [&k.channel, &k.queue, &k.deadlines, &k.token] {
+        for key in [k.channel(), k.queue(), k.deadlines(), k.token()] {
             assert_eq!(hash_tag(key), Some("plain"));
         }
     }

@@ -7,7 +7,6 @@
 //! release, lost-lock notification and cancel safety are the per-master guards' own.
 
 use std::future::{poll_fn, Future};
-use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -17,6 +16,7 @@ use crate::client::Client;
 use crate::error::{duration_ms, Error, Result};
 use crate::guard::{LockGuard, LostReason};
 use crate::holder;
+use crate::ops::join_all;
 use crate::timer::drift;
 
 /// Fixed part of the default per-master timeout (plus 1 % of the lease).
@@ -642,33 +642,6 @@ impl RedLockGuard {
 /// A strict majority of `masters`.
 fn quorum(masters: usize) -> usize {
     masters / 2 + 1
-}
-
-/// Polls every future until all are done, in the calling task: no spawn (so the caller's task
-/// stays the default holder, and dropping the join drops every future at once) and no extra crate.
-async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let mut running: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut done: Vec<Option<F::Output>> = running.iter().map(|_| None).collect();
-    poll_fn(|cx| {
-        let mut all = true;
-        for (future, out) in running.iter_mut().zip(done.iter_mut()) {
-            if out.is_none() {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(value) => *out = Some(value),
-                    Poll::Pending => all = false,
-                }
-            }
-        }
-        if all {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    })
-    .await;
-    done.into_iter()
-        .map(|out| out.expect("every future completed"))
-        .collect()
 }
 
 /// The first error among `replies` (callers only ask when there is one).

@@ -122,10 +122,11 @@ async fn a_java_waiter_keeps_its_place_and_hears_our_release() {
     let _: () = raw.hset("mixed", JAVA, 1).unwrap();
     let _: () = raw.pexpire("mixed", 30_000).unwrap();
 
-    // ... and releases it the Redisson way: our waiter, now head, is woken by the message.
-    let _: () = raw.del("mixed").unwrap();
+    // Our waiter is the head now, and cannot take the lock while the Java holder has it.
     let next: String = raw.lindex("redisson_lock_queue:{mixed}", 0).unwrap();
     assert!(next.starts_with(&d.id().hyphenated().to_string()));
+    // ... which releases it the Redisson way: our waiter is woken by the message.
+    let _: () = raw.del("mixed").unwrap();
     let _: () = raw
         .publish(format!("redisson_lock__channel:{{mixed}}:{next}"), "0")
         .unwrap();

@@ -18,12 +18,13 @@
 pub(crate) mod wheel;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use redis::RedisError;
 use tokio::sync::{mpsc, oneshot, Notify};
-use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::conn::Conn;
@@ -69,9 +70,13 @@ pub(crate) enum Work {
     /// A waiting future was dropped while an acquire attempt was in flight: settle its outcome
     /// (release what it took, or leave the queue).
     Abandoned {
-        attempt: JoinHandle<Result<Attempt>>,
+        attempt: AttemptFuture,
         args: AcquireArgs,
     },
+    /// A caller stopped awaiting an operation that must still run to its end: finish it.
+    Finish(Pin<Box<dyn Future<Output = ()> + Send>>),
+    /// Lazy work is waiting and the driver was idle: look at it.
+    Wake,
     /// Renewal replies for the listed entries (sent at `sent`).
     Renewed {
         ids: Vec<u64>,
@@ -87,16 +92,34 @@ pub(crate) enum Work {
     Shutdown(oneshot::Sender<()>),
 }
 
+/// An acquire attempt in flight: polled by the caller's future, handed to the driver if the
+/// caller stops waiting before it completes.
+pub(crate) type AttemptFuture = Pin<Box<dyn Future<Output = Result<Attempt>> + Send>>;
+
+/// Work that may wait for the driver's next tick: registering and forgetting held entries. The
+/// first renewal or validity deadline of an entry is at least a third of a lease away, and both
+/// are computed from instants carried in the work, so a delay of one tick changes nothing, while
+/// not waking the driver on every lock and unlock keeps the uncontended path at two round trips
+/// and no extra task wake-ups.
+#[derive(Debug, Default)]
+struct LazyInbox {
+    items: Vec<Work>,
+    /// The driver sleeps without a tick: the next lazy item must wake it.
+    idle: bool,
+}
+
 /// Handle on the driver task.
 #[derive(Debug, Clone)]
 pub(crate) struct DriverHandle {
     tx: mpsc::UnboundedSender<Work>,
+    lazy: Arc<Mutex<LazyInbox>>,
 }
 
 impl DriverHandle {
     /// Starts the driver. It holds no strong reference to the client.
     pub(crate) fn start(conn: Conn, config: &Config) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
+        let lazy = Arc::new(Mutex::new(LazyInbox::default()));
         let driver = Driver {
             conn,
             watchdog: config.watchdog_timeout,
@@ -106,17 +129,73 @@ impl DriverHandle {
             command_timeout: config.command_timeout,
             rx,
             self_tx: tx.downgrade(),
+            lazy: lazy.clone(),
             wheel: Wheel::new(config.timer_slots),
             start: Instant::now(),
             helds: HashMap::new(),
         };
         tokio::spawn(driver.run());
-        DriverHandle { tx }
+        DriverHandle { tx, lazy }
     }
 
-    /// Hands work to the driver. Never blocks; silently dropped once the driver has ended.
+    /// Hands work to the driver, waking it. Never blocks; silently dropped once the driver has
+    /// ended.
     pub(crate) fn send(&self, work: Work) {
         let _ = self.tx.send(work);
+    }
+
+    /// Hands work to the driver for its next tick (see [`LazyInbox`]); wakes it only when it
+    /// has no tick scheduled.
+    pub(crate) fn send_lazy(&self, work: Work) {
+        let wake = {
+            let mut inbox = lock_inbox(&self.lazy);
+            inbox.items.push(work);
+            std::mem::take(&mut inbox.idle)
+        };
+        if wake {
+            self.send(Work::Wake);
+        }
+    }
+}
+
+fn lock_inbox(inbox: &Mutex<LazyInbox>) -> std::sync::MutexGuard<'_, LazyInbox> {
+    inbox.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs an operation inside the caller's future; if the caller drops the future before the
+/// operation completes, the driver finishes it in the background. Cancel safety without a task
+/// spawn on the normal path.
+pub(crate) struct Handoff<T: Send + 'static> {
+    fut: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+    driver: DriverHandle,
+}
+
+impl<T: Send + 'static> Handoff<T> {
+    pub(crate) fn new(
+        driver: &DriverHandle,
+        fut: impl Future<Output = T> + Send + 'static,
+    ) -> Self {
+        Handoff {
+            fut: Some(Box::pin(fut)),
+            driver: driver.clone(),
+        }
+    }
+
+    /// Awaits the operation.
+    pub(crate) async fn run(mut self) -> T {
+        let out = self.fut.as_mut().expect("set until completed").await;
+        self.fut = None;
+        out
+    }
+}
+
+impl<T: Send + 'static> Drop for Handoff<T> {
+    fn drop(&mut self) {
+        if let Some(fut) = self.fut.take() {
+            self.driver.send(Work::Finish(Box::pin(async move {
+                let _ = fut.await;
+            })));
+        }
     }
 }
 
@@ -129,6 +208,8 @@ impl std::fmt::Debug for Work {
             Work::Waiter(_) => "Waiter",
             Work::GiveUp { .. } => "GiveUp",
             Work::Abandoned { .. } => "Abandoned",
+            Work::Finish(_) => "Finish",
+            Work::Wake => "Wake",
             Work::Renewed { .. } => "Renewed",
             Work::Beaten { .. } => "Beaten",
             Work::Shutdown(_) => "Shutdown",
@@ -164,6 +245,7 @@ struct Driver {
     command_timeout: Duration,
     rx: mpsc::UnboundedReceiver<Work>,
     self_tx: mpsc::WeakUnboundedSender<Work>,
+    lazy: Arc<Mutex<LazyInbox>>,
     wheel: Wheel<Timer>,
     start: Instant,
     helds: HashMap<u64, HeldEntry>,
@@ -173,24 +255,51 @@ impl Driver {
     async fn run(mut self) {
         let mut due = Vec::new();
         loop {
+            self.drain_lazy();
             let next_tick = (!self.wheel.is_empty())
                 .then(|| self.start + self.tick * (self.wheel.current_tick() as u32 + 1));
+            if next_tick.is_none() {
+                // About to sleep without a tick: lazy work must wake us from now on.
+                let mut inbox = lock_inbox(&self.lazy);
+                if !inbox.items.is_empty() {
+                    continue;
+                }
+                inbox.idle = true;
+            }
             tokio::select! {
                 work = self.rx.recv() => match work {
                     None => break,
                     Some(Work::Shutdown(done)) => {
+                        self.drain_lazy();
                         self.shutdown();
                         let _ = done.send(());
                         break;
                     }
-                    Some(work) => self.handle(work),
+                    Some(work) => {
+                        // Lazy work sent before this message is handled first, in order.
+                        self.drain_lazy();
+                        self.handle(work);
+                    }
                 },
                 _ = sleep_until_opt(next_tick), if next_tick.is_some() => {
+                    self.drain_lazy();
                     let now = self.tick_of(Instant::now());
                     self.wheel.advance(now, &mut due);
                     self.fire(&mut due);
                 }
             }
+        }
+    }
+
+    /// Handles the lazy work queued since the last look, in the order it was sent.
+    fn drain_lazy(&mut self) {
+        let items = {
+            let mut inbox = lock_inbox(&self.lazy);
+            inbox.idle = false;
+            std::mem::take(&mut inbox.items)
+        };
+        for work in items {
+            self.handle(work);
         }
     }
 
@@ -248,6 +357,10 @@ impl Driver {
                     async move { settle_abandoned(&mut conn, attempt, args, timeout).await },
                 );
             }
+            Work::Finish(fut) => {
+                tokio::spawn(fut);
+            }
+            Work::Wake => {}
             Work::Renewed { ids, sent, result } => self.on_renewed(ids, sent, result),
             Work::Beaten { waiters, result } => match result {
                 Ok(beats) => {
@@ -274,6 +387,11 @@ impl Driver {
     }
 
     fn on_acquired(&mut self, held: &Arc<Held>, sent: Instant, lease_ms: i64) {
+        if held.is_released() || held.lost_reason().is_some() {
+            // Released (or lost) before this lazy registration was looked at.
+            self.forget(held.id);
+            return;
+        }
         let lease = Duration::from_millis(lease_ms as u64);
         let validity_at = sent + lease.saturating_sub(drift(lease));
         let renew_at = self.next_grid(Instant::now(), self.watchdog / 3);
@@ -511,13 +629,13 @@ async fn give_up_logged(conn: &mut Conn, spec: &LockSpec, field: &str) {
 /// Settles an acquire attempt whose caller stopped waiting while it was in flight.
 async fn settle_abandoned(
     conn: &mut Conn,
-    attempt: JoinHandle<Result<Attempt>>,
+    attempt: AttemptFuture,
     args: AcquireArgs,
     command_timeout: Duration,
 ) {
     let spec = &args.spec;
     match attempt.await {
-        Ok(Ok(Attempt::Acquired { .. })) => {
+        Ok(Attempt::Acquired { .. }) => {
             // Granted after the caller left: give the hold straight back.
             match ops::release(conn, spec, &args.field, args.lease_ms, command_timeout).await {
                 Ok(outcome) => tracing::debug!(

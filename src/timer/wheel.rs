@@ -33,13 +33,16 @@ use std::fmt;
 pub(crate) const DEFAULT_SLOTS: usize = 1024;
 
 /// Marks the end of a list (and of the free list).
-const NIL: usize = usize::MAX;
+/// Slab index (u32 keeps entries and handles small: a held lock has two timers).
+type Idx = u32;
+
+const NIL: Idx = Idx::MAX;
 
 /// Names one scheduled entry; stays invalid forever once the entry fired or was cancelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct TimerHandle {
-    index: usize,
-    generation: u64,
+    index: Idx,
+    generation: u32,
 }
 
 /// A live entry, linked into one list (a bucket, or the overdue list).
@@ -48,26 +51,26 @@ struct Node<T> {
     deadline: u64,
     seq: u64,
     /// Which list holds the node: a bucket index, or `slots` for the overdue list.
-    list: usize,
-    prev: usize,
-    next: usize,
+    list: Idx,
+    prev: Idx,
+    next: Idx,
 }
 
 enum Cell<T> {
     Live(Node<T>),
-    Free { next_free: usize },
+    Free { next_free: Idx },
 }
 
 struct Entry<T> {
     /// Bumped whenever the cell is freed; a handle matches only while this is unchanged.
-    generation: u64,
+    generation: u32,
     cell: Cell<T>,
 }
 
 #[derive(Clone, Copy)]
 struct List {
-    head: usize,
-    tail: usize,
+    head: Idx,
+    tail: Idx,
 }
 
 const EMPTY: List = List {
@@ -81,7 +84,7 @@ pub(crate) struct Wheel<T> {
     lists: Vec<List>,
     mask: u64,
     entries: Vec<Entry<T>>,
-    free: usize,
+    free: Idx,
     current: u64,
     len: usize,
     next_seq: u64,
@@ -153,6 +156,7 @@ impl<T> Wheel<T> {
         } else {
             (deadline & self.mask) as usize
         };
+        let list_idx = list as Idx;
         let seq = self.next_seq;
         self.next_seq += 1;
         let tail = self.lists[list].tail;
@@ -160,19 +164,20 @@ impl<T> Wheel<T> {
             value,
             deadline,
             seq,
-            list,
+            list: list_idx,
             prev: tail,
             next: NIL,
         });
         let index = if self.free == NIL {
+            assert!(self.entries.len() < NIL as usize, "timing wheel full");
             self.entries.push(Entry {
                 generation: 0,
                 cell: node,
             });
-            self.entries.len() - 1
+            (self.entries.len() - 1) as Idx
         } else {
             let index = self.free;
-            let entry = &mut self.entries[index];
+            let entry = &mut self.entries[index as usize];
             match entry.cell {
                 Cell::Free { next_free } => self.free = next_free,
                 Cell::Live(_) => unreachable!("free list points at a live cell"),
@@ -189,7 +194,7 @@ impl<T> Wheel<T> {
         self.len += 1;
         TimerHandle {
             index,
-            generation: self.entries[index].generation,
+            generation: self.entries[index as usize].generation,
         }
     }
 
@@ -203,7 +208,7 @@ impl<T> Wheel<T> {
     /// The value of a live entry, without cancelling it.
     #[allow(dead_code)]
     pub(crate) fn get(&self, handle: TimerHandle) -> Option<&T> {
-        match self.entries.get(handle.index) {
+        match self.entries.get(handle.index as usize) {
             Some(Entry {
                 generation,
                 cell: Cell::Live(node),
@@ -256,8 +261,8 @@ impl<T> Wheel<T> {
         }
     }
 
-    fn node_mut(&mut self, index: usize) -> &mut Node<T> {
-        match &mut self.entries[index].cell {
+    fn node_mut(&mut self, index: Idx) -> &mut Node<T> {
+        match &mut self.entries[index as usize].cell {
             Cell::Live(node) => node,
             Cell::Free { .. } => unreachable!("list links point at a free cell"),
         }
@@ -265,8 +270,8 @@ impl<T> Wheel<T> {
 
     /// Unlinks a live cell from its list, frees it (bumping its generation) and returns
     /// `(deadline, seq, value)`.
-    fn remove(&mut self, index: usize) -> (u64, u64, T) {
-        let entry = &mut self.entries[index];
+    fn remove(&mut self, index: Idx) -> (u64, u64, T) {
+        let entry = &mut self.entries[index as usize];
         let freed = Cell::Free {
             next_free: self.free,
         };
@@ -277,11 +282,11 @@ impl<T> Wheel<T> {
         self.free = index;
         self.len -= 1;
         match node.prev {
-            NIL => self.lists[node.list].head = node.next,
+            NIL => self.lists[node.list as usize].head = node.next,
             prev => self.node_mut(prev).next = node.next,
         }
         match node.next {
-            NIL => self.lists[node.list].tail = node.prev,
+            NIL => self.lists[node.list as usize].tail = node.prev,
             next => self.node_mut(next).prev = node.prev,
         }
         (node.deadline, node.seq, node.value)
