@@ -33,7 +33,10 @@ async fn standalone_serves_commands_and_kill_closes_the_port() {
     // The work dir holds the server's log, and INFO reports the pid we hold.
     assert!(server.log_tail(50).contains("Ready to accept connections"));
     let info = server.info("server");
-    assert_eq!(info_field(&info, "process_id"), Some(&*server.pid().to_string()));
+    assert_eq!(
+        info_field(&info, "process_id"),
+        Some(&*server.pid().to_string())
+    );
 
     server.kill();
     assert!(!server.is_running());
@@ -133,7 +136,11 @@ async fn cluster_is_ok_and_key_slots_match_the_server() {
             .query(&mut node.conn())
             .unwrap();
         assert_eq!(info_field(&info, "cluster_state"), Some("ok"), "{info}");
-        assert_eq!(info_field(&info, "cluster_slots_ok"), Some("16384"), "{info}");
+        assert_eq!(
+            info_field(&info, "cluster_slots_ok"),
+            Some("16384"),
+            "{info}"
+        );
     }
 
     // CRC16/XMODEM check value.
