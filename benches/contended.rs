@@ -1,0 +1,674 @@
+//! Contention: C tasks in two OS processes fight over one lock name, each looping lock → critical
+//! section (`GET` + `SET` of a counter) → unlock → lock again, for a fixed time per C.
+//!
+//! Two locks run the same workload in the same bench run, alternating:
+//!
+//! * **FairLock**: `client.fair_lock(NAME).lock()` + `guard.unlock()`, one client per process,
+//!   every contender its own tokio task and so its own holder;
+//! * **polling** (the baseline): `SET NAME token NX PX 30000`, retried every 10 ms until it
+//!   succeeds, released by a small script that deletes the key only if it still holds our token.
+//!
+//! The bench re-executes its own binary (`FAIRLOCK_BENCH_ROLE=contended-worker`) for the second
+//! process; the two coordinate through Redis lists (`BLPOP`), never by sleeping. Every contender
+//! records (issue time of its lock call, grant time, release time) per acquisition on the shared
+//! wall clock; the helper sends its records to the main process on stdout at the end.
+//!
+//! Checked on every run (the bench aborts loudly otherwise): the final counter equals the number
+//! of acquisitions, and no two critical sections overlap in time.
+//!
+//! Reported per lock and C: acquisitions/s (grants inside the timed window), wait for the lock
+//! p50/p99/max, handoff gap p50/p99 (release → grant of the next holder, when that holder was
+//! already waiting), FIFO inversions (pairs A, B where B called lock() more than 2 ms after A,
+//! while A was still waiting, and B was granted first), Jain's fairness index over the
+//! contenders' acquisition counts, and Redis commands and round trips (`INFO commandstats` calls,
+//! `total_reads_processed`) per acquisition, with the critical section's two commands subtracted.
+//!
+//! `cargo bench --bench contended` (10 s per run, about 70 s); `FAIRLOCK_BENCH_QUICK=1` or
+//! `-- --quick` for 1 s per run. `FAIRLOCK_BENCH_SECS=N` sets the run length.
+
+// The test harness: `RedisServer` (a throw-away redis-server on a free loopback port, killed by
+// PID on drop). Each program uses only part of it.
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+const WORKER_ROLE: &str = "contended-worker";
+const NAME: &str = "bench:contended";
+const COUNTER: &str = "bench:contended:counter";
+const POLL_LEASE: Duration = Duration::from_secs(30);
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// A lock call that takes longer than this aborts the bench (something is stuck).
+const LOCK_TIMEOUT: Duration = Duration::from_secs(60);
+/// Upper bound of acquisitions per contender per run, whatever the duration.
+const MAX_ACQUISITIONS: usize = 5_000_000;
+/// Coordination waits (helper start-up, end of a run).
+const COORDINATION_TIMEOUT: Duration = Duration::from_secs(60);
+/// FIFO inversion threshold: B must have called lock() this much later than A.
+const INVERSION_MARGIN_US: u64 = 2_000;
+
+const CONTENDERS: [usize; 3] = [1, 16, 64];
+
+/// Deletes the polling lock only while it still holds our token.
+const POLL_UNLOCK: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Fair,
+    Polling,
+}
+
+impl Variant {
+    fn arg(self) -> &'static str {
+        match self {
+            Variant::Fair => "fair",
+            Variant::Polling => "polling",
+        }
+    }
+
+    fn from_arg(s: &str) -> Variant {
+        match s {
+            "fair" => Variant::Fair,
+            "polling" => Variant::Polling,
+            other => panic!("unknown variant {other:?}"),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Variant::Fair => "FairLock",
+            Variant::Polling => "polling SET NX (10 ms)",
+        }
+    }
+}
+
+/// One acquisition, on the shared wall clock (µs since the epoch).
+#[derive(Debug, Clone, Copy)]
+struct Record {
+    contender: u32,
+    /// Just before the lock call.
+    issue: u64,
+    /// Just after the lock call returned.
+    grant: u64,
+    /// Just before the unlock call (the critical section is done).
+    release: u64,
+}
+
+impl Record {
+    fn to_line(self) -> String {
+        format!(
+            "R {} {} {} {}",
+            self.contender, self.issue, self.grant, self.release
+        )
+    }
+
+    fn from_line(line: &str) -> Option<Record> {
+        let mut it = line.strip_prefix("R ")?.split(' ');
+        let mut next = || it.next()?.parse::<u64>().ok();
+        Some(Record {
+            contender: next()? as u32,
+            issue: next()?,
+            grant: next()?,
+            release: next()?,
+        })
+    }
+}
+
+/// The timed window, sent to every contender at the start.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    start_us: u64,
+    stop_us: u64,
+}
+
+/// Coordination list names of one run.
+struct Lists {
+    ready: String,
+    go: String,
+    done: String,
+    exit: String,
+}
+
+impl Lists {
+    fn new(run: &str) -> Lists {
+        Lists {
+            ready: format!("bench:coord:{run}:ready"),
+            go: format!("bench:coord:{run}:go"),
+            done: format!("bench:coord:{run}:done"),
+            exit: format!("bench:coord:{run}:exit"),
+        }
+    }
+}
+
+fn main() {
+    match common::role().as_deref() {
+        Some(WORKER_ROLE) => common::runtime().block_on(worker()),
+        Some(other) => panic!("unknown helper role {other:?}"),
+        None => parent(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contenders (both processes)
+
+/// The contenders of one process and what they share.
+struct Side {
+    handles: Vec<JoinHandle<Vec<Record>>>,
+    client: Option<fairlock::Client>,
+}
+
+async fn start_contenders(
+    url: &str,
+    variant: Variant,
+    count: usize,
+    first_id: u32,
+    plan: watch::Receiver<Option<Plan>>,
+) -> Side {
+    if count == 0 {
+        return Side {
+            handles: Vec::new(),
+            client: None,
+        };
+    }
+    let cs = common::manager(url).await;
+    let mut handles = Vec::with_capacity(count);
+    let client = match variant {
+        Variant::Fair => {
+            let client = fairlock::Client::connect(url).await.expect("connect");
+            for i in 0..count {
+                let lock = client.fair_lock(NAME);
+                let (cs, plan) = (cs.clone(), plan.clone());
+                let id = first_id + i as u32;
+                handles.push(tokio::spawn(fair_contender(lock, cs, id, plan)));
+            }
+            Some(client)
+        }
+        Variant::Polling => {
+            let locks = common::manager(url).await;
+            for i in 0..count {
+                let (cs, locks, plan) = (cs.clone(), locks.clone(), plan.clone());
+                let id = first_id + i as u32;
+                handles.push(tokio::spawn(polling_contender(locks, cs, id, plan)));
+            }
+            None
+        }
+    };
+    Side { handles, client }
+}
+
+async fn wait_for_plan(mut plan: watch::Receiver<Option<Plan>>) -> Plan {
+    let plan = tokio::time::timeout(COORDINATION_TIMEOUT, plan.wait_for(Option::is_some))
+        .await
+        .expect("no start signal")
+        .expect("plan sender dropped");
+    plan.expect("checked")
+}
+
+/// The critical section: read the counter, write it back plus one (two round trips, so a second
+/// holder at the same time would lose an increment).
+async fn critical_section(cs: &mut ConnectionManager) {
+    let value: Option<i64> = redis::cmd("GET")
+        .arg(COUNTER)
+        .query_async(cs)
+        .await
+        .expect("GET counter");
+    let () = redis::cmd("SET")
+        .arg(COUNTER)
+        .arg(value.unwrap_or(0) + 1)
+        .query_async(cs)
+        .await
+        .expect("SET counter");
+}
+
+async fn fair_contender(
+    lock: fairlock::FairLock,
+    mut cs: ConnectionManager,
+    id: u32,
+    plan: watch::Receiver<Option<Plan>>,
+) -> Vec<Record> {
+    let plan = wait_for_plan(plan).await;
+    let mut records = Vec::new();
+    while records.len() < MAX_ACQUISITIONS {
+        let issue = common::now_us();
+        if issue >= plan.stop_us {
+            break;
+        }
+        let guard = tokio::time::timeout(LOCK_TIMEOUT, lock.lock())
+            .await
+            .unwrap_or_else(|_| panic!("contender {id}: lock() took over {LOCK_TIMEOUT:?}"))
+            .unwrap_or_else(|e| panic!("contender {id}: lock() failed: {e}"));
+        let grant = common::now_us();
+        critical_section(&mut cs).await;
+        let release = common::now_us();
+        guard
+            .unlock()
+            .await
+            .unwrap_or_else(|e| panic!("contender {id}: unlock() failed: {e}"));
+        records.push(Record {
+            contender: id,
+            issue,
+            grant,
+            release,
+        });
+    }
+    records
+}
+
+async fn polling_contender(
+    mut locks: ConnectionManager,
+    mut cs: ConnectionManager,
+    id: u32,
+    plan: watch::Receiver<Option<Plan>>,
+) -> Vec<Record> {
+    let plan = wait_for_plan(plan).await;
+    let unlock = redis::Script::new(POLL_UNLOCK);
+    let mut records = Vec::new();
+    while records.len() < MAX_ACQUISITIONS {
+        let issue = common::now_us();
+        if issue >= plan.stop_us {
+            break;
+        }
+        let token = format!("{}:{id}:{}", std::process::id(), records.len());
+        loop {
+            let ok: Option<String> = redis::cmd("SET")
+                .arg(NAME)
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(POLL_LEASE.as_millis() as u64)
+                .query_async(&mut locks)
+                .await
+                .expect("SET NX");
+            if ok.is_some() {
+                break;
+            }
+            assert!(
+                common::now_us() - issue < LOCK_TIMEOUT.as_micros() as u64,
+                "contender {id}: polling lock took over {LOCK_TIMEOUT:?}"
+            );
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+        let grant = common::now_us();
+        critical_section(&mut cs).await;
+        let release = common::now_us();
+        let deleted: i64 = unlock
+            .key(NAME)
+            .arg(&token)
+            .invoke_async(&mut locks)
+            .await
+            .expect("polling unlock");
+        assert_eq!(deleted, 1, "contender {id}: the polling lock was lost");
+        records.push(Record {
+            contender: id,
+            issue,
+            grant,
+            release,
+        });
+    }
+    records
+}
+
+async fn join_all(side: Side) -> (Vec<Record>, Option<fairlock::Client>) {
+    let mut records = Vec::new();
+    for handle in side.handles {
+        records.extend(handle.await.expect("contender panicked"));
+    }
+    (records, side.client)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helper process
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("helper needs {name}"))
+}
+
+async fn worker() {
+    let url = env("FAIRLOCK_BENCH_URL");
+    let lists = Lists::new(&env("FAIRLOCK_BENCH_RUN"));
+    let variant = Variant::from_arg(&env("FAIRLOCK_BENCH_VARIANT"));
+    let count: usize = env("FAIRLOCK_BENCH_CONTENDERS").parse().expect("count");
+    let first_id: u32 = env("FAIRLOCK_BENCH_FIRST_ID").parse().expect("first id");
+
+    let mut admin = common::admin_conn(&url).await;
+    let (tx, rx) = watch::channel(None);
+    let side = start_contenders(&url, variant, count, first_id, rx).await;
+    common::rpush(&mut admin, &lists.ready, "1").await;
+    let go = common::blpop(&mut admin, &lists.go, COORDINATION_TIMEOUT, "the start").await;
+    let (start, stop) = go.split_once(',').expect("start,stop");
+    let plan = Plan {
+        start_us: start.parse().expect("start"),
+        stop_us: stop.parse().expect("stop"),
+    };
+    tx.send_replace(Some(plan));
+    let (records, client) = join_all(side).await;
+    common::rpush(&mut admin, &lists.done, "1").await;
+    // Stay connected until the main process has read the server counters.
+    common::blpop(&mut admin, &lists.exit, COORDINATION_TIMEOUT, "the end").await;
+    if let Some(client) = client {
+        client.shutdown().await;
+    }
+    let mut out = String::with_capacity(records.len() * 48);
+    for r in records {
+        out.push_str(&r.to_line());
+        out.push('\n');
+    }
+    print!("{out}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main process
+
+fn parent() {
+    let quick = common::quick();
+    let secs: f64 = std::env::var("FAIRLOCK_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if quick { 1.0 } else { 10.0 });
+    let duration = Duration::from_secs_f64(secs);
+    common::header("contended", quick);
+    println!(
+        "C = {CONTENDERS:?} contenders split over 2 processes, {duration:?} per run, polling baseline then FairLock per C"
+    );
+    let server = support::RedisServer::start();
+    let url = server.url();
+    common::runtime().block_on(async {
+        let mut admin = common::admin_conn(&url).await;
+        let mut results = Vec::new();
+        for c in CONTENDERS {
+            for variant in [Variant::Polling, Variant::Fair] {
+                let r = run_once(&url, &mut admin, variant, c, duration).await;
+                eprintln!(
+                    "  {} C={c}: {:.0} acq/s, {} acquisitions, counter ok",
+                    variant.label(),
+                    r.rate,
+                    r.total
+                );
+                results.push(r);
+            }
+        }
+        report(&results);
+    });
+}
+
+/// The figures of one run.
+struct Outcome {
+    variant: Variant,
+    contenders: usize,
+    /// Every acquisition, also those granted after the window while the queue drained.
+    total: usize,
+    /// Grants inside the window per second.
+    rate: f64,
+    wait_us: Vec<u64>,
+    /// Grant → release: the critical section as the holder saw it.
+    hold_us: Vec<u64>,
+    handoff_us: Vec<u64>,
+    inversions: u64,
+    /// Acquisitions that overtook at least one earlier waiter.
+    overtakers: u64,
+    jain: f64,
+    /// Per acquisition, the critical section's GET + SET excluded.
+    commands: f64,
+    round_trips: f64,
+}
+
+async fn run_once(
+    url: &str,
+    admin: &mut MultiplexedConnection,
+    variant: Variant,
+    contenders: usize,
+    duration: Duration,
+) -> Outcome {
+    common::flush_all(admin).await;
+    let () = redis::cmd("SET")
+        .arg(COUNTER)
+        .arg(0)
+        .query_async(admin)
+        .await
+        .expect("SET counter");
+    let run = format!("{}-{contenders}-{}", variant.arg(), common::now_us());
+    let lists = Lists::new(&run);
+    let mine = contenders.div_ceil(2);
+    let theirs = contenders - mine;
+    let child = common::spawn_self(
+        WORKER_ROLE,
+        &[
+            ("FAIRLOCK_BENCH_URL", url.to_owned()),
+            ("FAIRLOCK_BENCH_RUN", run.clone()),
+            ("FAIRLOCK_BENCH_VARIANT", variant.arg().to_owned()),
+            ("FAIRLOCK_BENCH_CONTENDERS", theirs.to_string()),
+            ("FAIRLOCK_BENCH_FIRST_ID", mine.to_string()),
+        ],
+    );
+    let (tx, rx) = watch::channel(None);
+    let side = start_contenders(url, variant, mine, 0, rx).await;
+    common::blpop(
+        admin,
+        &lists.ready,
+        COORDINATION_TIMEOUT,
+        "the helper process",
+    )
+    .await;
+
+    // From here on the server counters belong to the run.
+    common::reset_stats(admin).await;
+    let before = common::info(admin).await;
+    let start_us = common::now_us();
+    let plan = Plan {
+        start_us,
+        stop_us: start_us + duration.as_micros() as u64,
+    };
+    common::rpush(
+        admin,
+        &lists.go,
+        &format!("{},{}", plan.start_us, plan.stop_us),
+    )
+    .await;
+    tx.send_replace(Some(plan));
+    let (mut records, client) = join_all(side).await;
+    common::blpop(
+        admin,
+        &lists.done,
+        COORDINATION_TIMEOUT + duration,
+        "the helper's contenders",
+    )
+    .await;
+    let delta = common::info(admin).await.since(&before);
+    common::rpush(admin, &lists.exit, "1").await;
+    let out = common::finish_child(child, COORDINATION_TIMEOUT, "contended helper").await;
+    records.extend(out.lines().filter_map(Record::from_line));
+    if let Some(client) = client {
+        client.shutdown().await;
+    }
+
+    // Mutual exclusion, checked on every run.
+    let counter: i64 = redis::cmd("GET")
+        .arg(COUNTER)
+        .query_async(admin)
+        .await
+        .expect("GET counter");
+    assert_eq!(
+        counter,
+        records.len() as i64,
+        "MUTUAL EXCLUSION VIOLATED ({} C={contenders}): counter {counter} != {} acquisitions",
+        variant.label(),
+        records.len()
+    );
+    records.sort_by_key(|r| r.grant);
+    for pair in records.windows(2) {
+        assert!(
+            pair[1].grant >= pair[0].release,
+            "MUTUAL EXCLUSION VIOLATED ({} C={contenders}): contender {} was granted at {} µs \
+             while contender {} held the lock until {} µs",
+            variant.label(),
+            pair[1].contender,
+            pair[1].grant,
+            pair[0].contender,
+            pair[0].release
+        );
+    }
+
+    // Coordination inside the counted interval: RPUSH go and done, the closing INFO and the
+    // helper's BLPOP go (excluded by name with INFO, CONFIG and BLPOP); one read each for the two
+    // RPUSHes, the BLPOP done and the closing INFO.
+    let total = records.len();
+    let commands = delta
+        .calls_except(&["info", "config", "blpop"])
+        .saturating_sub(2);
+    let reads = delta.reads.saturating_sub(4);
+    let per_acq = |n: u64| n as f64 / total.max(1) as f64 - 2.0;
+    analyse(
+        variant,
+        contenders,
+        plan,
+        &records,
+        per_acq(commands),
+        per_acq(reads),
+    )
+}
+
+/// Every figure of one run from its records (sorted by grant time).
+fn analyse(
+    variant: Variant,
+    contenders: usize,
+    plan: Plan,
+    records: &[Record],
+    commands: f64,
+    round_trips: f64,
+) -> Outcome {
+    let in_window = |r: &Record| r.grant >= plan.start_us && r.grant < plan.stop_us;
+    let window: Vec<&Record> = records.iter().filter(|r| in_window(r)).collect();
+    let secs = (plan.stop_us - plan.start_us) as f64 / 1e6;
+
+    let mut wait_us: Vec<u64> = window.iter().map(|r| r.grant - r.issue).collect();
+    wait_us.sort_unstable();
+    let mut hold_us: Vec<u64> = window.iter().map(|r| r.release - r.grant).collect();
+    hold_us.sort_unstable();
+
+    // Handoff: the next holder was already waiting when the previous one released.
+    let mut handoff_us: Vec<u64> = records
+        .windows(2)
+        .filter(|p| in_window(&p[1]) && p[1].issue < p[0].release)
+        .map(|p| p[1].grant - p[0].release)
+        .collect();
+    handoff_us.sort_unstable();
+
+    // FIFO inversions: A waiting, B calls lock() more than 2 ms after A, B granted before A.
+    let mut by_issue: Vec<&Record> = records.iter().collect();
+    by_issue.sort_by_key(|r| r.issue);
+    let mut inversions = 0u64;
+    let mut overtook = vec![false; by_issue.len()];
+    for (i, a) in by_issue.iter().enumerate() {
+        for (j, b) in by_issue.iter().enumerate().skip(i + 1) {
+            if b.issue >= a.grant {
+                break;
+            }
+            if b.issue > a.issue + INVERSION_MARGIN_US && b.grant < a.grant {
+                inversions += 1;
+                overtook[j] = true;
+            }
+        }
+    }
+    let overtakers = overtook.iter().filter(|o| **o).count() as u64;
+
+    // Jain's index over every contender's count in the window (zeros included).
+    let mut counts: HashMap<u32, f64> = (0..contenders as u32).map(|id| (id, 0.0)).collect();
+    for r in &window {
+        *counts.entry(r.contender).or_default() += 1.0;
+    }
+    let sum: f64 = counts.values().sum();
+    let sum_sq: f64 = counts.values().map(|x| x * x).sum();
+    let jain = if sum_sq > 0.0 {
+        sum * sum / (counts.len() as f64 * sum_sq)
+    } else {
+        0.0
+    };
+
+    Outcome {
+        variant,
+        contenders,
+        total: records.len(),
+        rate: window.len() as f64 / secs,
+        wait_us,
+        hold_us,
+        handoff_us,
+        inversions,
+        overtakers,
+        jain,
+        commands,
+        round_trips,
+    }
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.2}", us as f64 / 1e3)
+}
+
+fn report(results: &[Outcome]) {
+    println!();
+    println!(
+        "| lock | C | acq/s | wait p50 ms | wait p99 ms | wait max ms | hold p50 ms | handoff p50 ms | handoff p99 ms | FIFO inversions (overtaking acq.) | Jain | cmds/acq | round trips/acq |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        let handoff = |p| {
+            if r.handoff_us.is_empty() {
+                "n/a".to_owned()
+            } else {
+                ms(common::percentile(&r.handoff_us, p))
+            }
+        };
+        println!(
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} ({}) | {:.3} | {:.1} | {:.2} |",
+            r.variant.label(),
+            r.contenders,
+            r.rate,
+            ms(common::percentile(&r.wait_us, 50.0)),
+            ms(common::percentile(&r.wait_us, 99.0)),
+            ms(r.wait_us.last().copied().unwrap_or(0)),
+            ms(common::percentile(&r.hold_us, 50.0)),
+            handoff(50.0),
+            handoff(99.0),
+            r.inversions,
+            r.overtakers,
+            r.jain,
+            r.commands,
+            r.round_trips,
+        );
+    }
+    println!();
+    println!("hold = grant → release (the critical section, GET + SET); handoff = release → grant of a holder that was already waiting.");
+    println!("cmds/acq and round trips/acq exclude the critical section's GET + SET (2 + 2).");
+    if let Some(r) = results
+        .iter()
+        .find(|r| r.variant == Variant::Fair && r.contenders == 64)
+    {
+        let p50 = common::percentile(&r.handoff_us, 50.0) as f64 / 1e3;
+        let p99 = common::percentile(&r.handoff_us, 99.0) as f64 / 1e3;
+        let checks = [
+            ("acq/s ≥ 2500", r.rate >= 2500.0),
+            ("zero FIFO inversions", r.inversions == 0),
+            ("Jain ≥ 0.99", r.jain >= 0.99),
+            ("handoff p50 ≤ 0.3 ms", p50 <= 0.3),
+            ("handoff p99 ≤ 2 ms", p99 <= 2.0),
+            ("≤ 5 round trips/acq", r.round_trips <= 5.0),
+            ("≤ 40 cmds/acq", r.commands <= 40.0),
+        ];
+        println!("targets, FairLock C=64:");
+        for (what, ok) in checks {
+            println!("  {what}: {}", if ok { "met" } else { "MISSED" });
+        }
+    }
+}
