@@ -186,7 +186,8 @@ impl Builder {
         self
     }
 
-    /// Locks renewed (or waiters refreshed) per script call; calls due together are pipelined.
+    /// Locks renewed (or waiters refreshed) per script call; calls due together are pipelined,
+    /// ten calls per pipeline.
     /// Defaults to [`DEFAULT_BATCH_SIZE`] (100). Between 1 and 1000.
     pub fn batch_size(mut self, size: usize) -> Self {
         self.batch_size = size;

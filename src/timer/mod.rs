@@ -2,11 +2,14 @@
 //!
 //! It owns the wheel ([`wheel::Wheel`], a pure data structure over ticks) and turns monotonic time
 //! into ticks. Work arrives over an unbounded channel from lock handles, guards and dropped futures
-//! (so `Drop` never does I/O), and from the driver's own I/O tasks reporting back:
+//! (so `Drop` never does I/O), and from the driver's own I/O tasks reporting back; registering and
+//! forgetting a held lock goes through a lazy inbox the driver reads on its next tick instead, so
+//! the uncontended lock/unlock path never wakes it:
 //!
 //! * watchdog renewals for held locks taken without a lease, every `watchdog_timeout / 3`; all
-//!   renewals due in one tick go out together, up to `batch_size` locks per script call and every
-//!   call of the tick pipelined in one round trip;
+//!   renewals due in one tick go out together, up to `batch_size` locks per script call, in
+//!   pipelines of up to ten calls sent one after another (so a batch's buffers stay small however
+//!   many locks are held);
 //! * the local validity deadline of every held lock (send time of the last successful acquire or
 //!   renewal + lease − drift), at which the holder is told the lock is lost even if renewals stall;
 //! * deadline heartbeats for fair waiters that are still waiting, batched the same way;
