@@ -62,6 +62,8 @@ pub(crate) async fn acquire(
         }
     };
     let field = inner.field(req.holder);
+    // The last call of this holder ended after a lost reply: its grant may be waiting for us.
+    let unsure = inner.holds.take_unsure(spec, &field);
     let span = tracing::debug_span!("acquire", lock = spec.name(), field = &*field);
     let mut waiter = Waiter {
         inner: inner.clone(),
@@ -82,6 +84,7 @@ pub(crate) async fn acquire(
         subscription: None,
         zero_wait: req.wait == Some(Duration::ZERO),
         beat: None,
+        unsure,
     };
     async move { waiter.run(deadline, req.lease.is_none()).await }
         .instrument(span)
@@ -115,6 +118,38 @@ struct Waiter {
     zero_wait: bool,
     /// Kept alive while we wait; the driver heartbeats it through a `Weak`.
     beat: Option<Arc<WaiterBeat>>,
+    /// The reply to our last attempt was lost: it may have taken the lock.
+    unsure: bool,
+}
+
+/// A run of transient errors met by one waiter.
+#[derive(Debug, Default)]
+struct Outage {
+    since: Option<Instant>,
+    retries: u32,
+}
+
+impl Outage {
+    fn end(&mut self) {
+        *self = Outage::default();
+    }
+}
+
+/// After a lost acquire reply: `Some(grant)` when Redis counts more holds for our field than this
+/// client does (`ours`), i.e. the lost attempt took the lock, else `None`.
+async fn adopt(
+    conn: &mut crate::conn::Conn,
+    args: &AcquireArgs,
+    ours: u64,
+) -> Result<Option<Attempt>> {
+    let (count, token) = ops::probe(conn, &args.spec, &args.field).await?;
+    if count > ours {
+        tracing::debug!(count, ours, "an attempt whose reply was lost took the lock");
+        return Ok(Some(Attempt::Acquired {
+            token: args.fenced.then_some(token),
+        }));
+    }
+    Ok(None)
 }
 
 impl Waiter {
@@ -130,9 +165,20 @@ impl Waiter {
             let channel = self.args.spec.wake_channel(&self.args.field);
             self.subscription = self.inner.subscriber.subscribe_if_live(&channel);
         }
+        let mut outage = Outage::default();
         loop {
             let sent = Instant::now();
-            match self.attempt().await? {
+            let attempt = match self.attempt().await {
+                Ok(attempt) => {
+                    outage.end();
+                    attempt
+                }
+                Err(e) => {
+                    self.ride_out(e, &mut outage, deadline, &mut closed).await?;
+                    continue;
+                }
+            };
+            match attempt {
                 Attempt::Acquired { token } => {
                     self.queued = false;
                     let held = self.inner.holds.acquired(
@@ -152,7 +198,10 @@ impl Waiter {
                         self.args.mode = Mode::Requeue;
                     }
                     if self.subscription.is_none() {
-                        self.subscribe().await?;
+                        if let Err(e) = self.subscribe().await {
+                            self.ride_out(e, &mut outage, deadline, &mut closed).await?;
+                            continue;
+                        }
                         self.start_heartbeat();
                         // Re-check now that a release can no longer slip past us.
                         continue;
@@ -200,8 +249,18 @@ impl Waiter {
         let args = self.args.clone();
         let sync = self.inner.config.replica_sync;
         let timeout = self.inner.config.command_timeout;
+        // After a lost reply, first find out whether that attempt took the lock.
+        let ours = self
+            .unsure
+            .then(|| self.inner.holds.count(&self.args.spec, &self.args.field));
         let attempt = self.in_flight.insert(Box::pin(async move {
-            let attempt = ops::acquire(&mut conn, &args).await?;
+            let attempt = match ours {
+                Some(ours) => match adopt(&mut conn, &args, ours).await? {
+                    Some(granted) => granted,
+                    None => ops::acquire(&mut conn, &args).await?,
+                },
+                None => ops::acquire(&mut conn, &args).await?,
+            };
             match (attempt, sync) {
                 (Attempt::Acquired { .. }, Some(sync)) => {
                     synced(&mut conn, &args, attempt, sync, timeout).await
@@ -211,7 +270,42 @@ impl Waiter {
         }));
         let outcome = attempt.as_mut().await;
         self.in_flight = None;
+        self.unsure = match &outcome {
+            Ok(_) => false,
+            Err(e) => self.unsure || e.is_ambiguous(),
+        };
         outcome
+    }
+
+    /// Handles an error met while waiting. A transient one (see [`Error::is_transient`]) is
+    /// ridden out: we pause with a growing backoff and the caller tries again, until the wait's
+    /// deadline, or for a call without one, until the outage has lasted [`max_idle`]. Any other
+    /// error, or a transient one past that point, is returned.
+    async fn ride_out(
+        &mut self,
+        error: Error,
+        outage: &mut Outage,
+        deadline: Option<Instant>,
+        closed: &mut tokio::sync::watch::Receiver<bool>,
+    ) -> Result<()> {
+        if !error.is_transient() || self.zero_wait {
+            return Err(error);
+        }
+        let now = Instant::now();
+        let since = *outage.since.get_or_insert(now);
+        let limit = deadline.unwrap_or(since + max_idle(&self.inner));
+        if now >= limit {
+            tracing::warn!(error = ?error, outage = ?now - since, "redis still failing; giving up");
+            return Err(error);
+        }
+        outage.retries = outage.retries.saturating_add(1);
+        let pause = ops::retry_backoff(outage.retries).min(limit - now);
+        tracing::warn!(error = ?error, retry_in = ?pause, "transient redis error while acquiring");
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = shut_down(closed) => return Err(Error::Shutdown),
+        }
+        self.inner.check_open()
     }
 
     /// Subscribes to our wake-up channel.
@@ -260,11 +354,12 @@ async fn synced(
     sync: ReplicaSync,
     command_timeout: Duration,
 ) -> Result<Attempt> {
-    let replicas = ops::connected_replicas(conn).await?;
+    let slot = crate::keys::slot(args.spec.name());
+    let replicas = ops::connected_replicas(conn, slot).await?;
     if replicas == 0 {
         return Ok(granted);
     }
-    let acked = ops::wait_replicas(conn, replicas, sync.timeout.as_millis() as i64).await?;
+    let acked = ops::wait_replicas(conn, slot, replicas, sync.timeout.as_millis() as i64).await?;
     if acked > 0 {
         return Ok(granted);
     }
@@ -299,11 +394,22 @@ impl Drop for Waiter {
                 attempt,
                 args: self.args.clone(),
             });
-        } else if self.queued {
-            self.inner.driver.send(Work::GiveUp {
-                spec: self.args.spec.clone(),
-                field: self.args.field.clone(),
-            });
+        } else {
+            if self.unsure {
+                // We stop right after a lost reply, so that attempt may hold the lock unseen. The
+                // holder's next acquisition adopts it (it checks first); otherwise it expires
+                // with its lease. Releasing it from here could race that next acquisition and
+                // release a hold that is really the caller's.
+                self.inner
+                    .holds
+                    .mark_unsure(&self.args.spec, &self.args.field);
+            }
+            if self.queued {
+                self.inner.driver.send(Work::GiveUp {
+                    spec: self.args.spec.clone(),
+                    field: self.args.field.clone(),
+                });
+            }
         }
     }
 }

@@ -19,7 +19,9 @@ use crate::timer::{DriverHandle, Work};
 /// connections and background tasks.
 ///
 /// A client owns one multiplexed command connection (reconnecting on failure), **one** pub/sub
-/// connection that carries the channels of all its waiters, and one driver task (renewals,
+/// connection that carries the channels of all its waiters (on a cluster: a second cluster
+/// connection that carries only subscriptions, one node connection per shard), and one
+/// driver task (renewals,
 /// heartbeats, background releases). Each client has its own random v4 UUID, the first half of
 /// every owner field it writes. The background tasks end when the last clone, lock handle and
 /// guard are dropped, or at [`shutdown`](Self::shutdown).
@@ -97,13 +99,32 @@ impl Client {
     }
 
     pub(crate) async fn start(config: Config) -> Result<Client> {
-        let conn = Conn::connect(&config).await?;
-        let subscriber = match &config.topology {
-            Topology::Standalone(url) => Subscriber::start(
+        let (conn, cluster_pubsub) = Conn::connect(&config).await?;
+        let subscriber = match (&config.topology, &conn, cluster_pubsub) {
+            (Topology::Standalone(url), _, _) => Subscriber::start(
                 redis::Client::open(url.as_str())?,
                 config.connect_timeout,
                 config.command_timeout,
             ),
+            (Topology::Sentinel { .. }, Conn::Sentinel(master), _) => Subscriber::start_sentinel(
+                master.clone(),
+                config.connect_timeout,
+                config.command_timeout,
+            ),
+            (Topology::Cluster { .. }, Conn::Cluster { sharded, .. }, Some(pubsub)) => {
+                Subscriber::start_cluster(
+                    pubsub.conn,
+                    *sharded,
+                    pubsub.pushes,
+                    config.connect_timeout,
+                    config.command_timeout,
+                )
+            }
+            _ => {
+                return Err(Error::UnexpectedReply(
+                    "the connection does not match the configured topology".into(),
+                ))
+            }
         };
         let driver = DriverHandle::start(conn.clone(), &config);
         let id = Uuid::new_v4();
@@ -177,13 +198,14 @@ impl Client {
 
 /// Every lock key carries a TTL, so any eviction policy but `noeviction` may evict a held lock.
 async fn check_eviction_policy(conn: &mut Conn) {
-    let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+    // A flat pair list over RESP2, a map over RESP3 (cluster connections).
+    let reply: redis::RedisResult<std::collections::HashMap<String, String>> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("maxmemory-policy")
         .query_async(conn)
         .await;
-    match reply.as_deref() {
-        Ok([_, policy]) if policy != "noeviction" => tracing::warn!(
+    match reply.as_ref().map(|m| m.get("maxmemory-policy")) {
+        Ok(Some(policy)) if policy != "noeviction" => tracing::warn!(
             policy = policy.as_str(),
             "Redis maxmemory-policy is not noeviction: under memory pressure Redis may evict \
              held locks (an evicted lock is a lost lock)"

@@ -28,14 +28,64 @@ pub const DEFAULT_BATCH_SIZE: usize = 100;
 pub enum Topology {
     /// One Redis server (or a master whose replicas the client does not follow).
     Standalone(String),
+    /// A Redis Cluster, reached through any of these seed nodes.
+    Cluster {
+        /// Seed node URLs; the client discovers the rest from them.
+        nodes: Vec<String>,
+        /// How release messages travel.
+        pubsub: PubSubMode,
+    },
+    /// A master with replicas watched by Redis Sentinel: the client asks the sentinels where the
+    /// master is and follows it through failovers.
+    Sentinel {
+        /// The name the sentinels monitor the master under (`sentinel monitor <name> …`).
+        master_name: String,
+        /// Sentinel URLs (`redis://host:port`); any one that answers is enough.
+        sentinels: Vec<String>,
+    },
 }
 
 impl fmt::Debug for Topology {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Topology::Standalone(url) => f.debug_tuple("Standalone").field(&redact(url)).finish(),
+            Topology::Cluster { nodes, pubsub } => f
+                .debug_struct("Cluster")
+                .field(
+                    "nodes",
+                    &nodes.iter().map(|n| redact(n)).collect::<Vec<_>>(),
+                )
+                .field("pubsub", pubsub)
+                .finish(),
+            Topology::Sentinel {
+                master_name,
+                sentinels,
+            } => f
+                .debug_struct("Sentinel")
+                .field("master_name", master_name)
+                .field(
+                    "sentinels",
+                    &sentinels.iter().map(|n| redact(n)).collect::<Vec<_>>(),
+                )
+                .finish(),
         }
     }
+}
+
+/// How release messages travel on a Redis Cluster (PROTOCOL 5). Sharded and classic pub/sub do
+/// not hear each other, so every client of one lock, Java ones included, must use the same mode.
+/// Outside a cluster messages always use classic `PUBLISH` / `SUBSCRIBE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum PubSubMode {
+    /// Sharded on a Redis 7+ cluster, classic on an older one: what Redisson does by default.
+    #[default]
+    Auto,
+    /// `SPUBLISH` / `SSUBSCRIBE` (Redis 7+): a message travels only within the shard that owns
+    /// the lock's slot, and a waiter listens on that shard's master.
+    Sharded,
+    /// `PUBLISH` / `SUBSCRIBE`: every message is broadcast over the cluster bus to every node.
+    Classic,
 }
 
 /// Hides the password of a `redis://user:password@host` URL.
@@ -74,10 +124,28 @@ pub(crate) struct ReplicaSync {
     pub(crate) on_failure: SyncFailure,
 }
 
+/// Credentials for the master (and replicas) behind Sentinel; the password never shows in
+/// `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct MasterAuth {
+    pub(crate) username: Option<String>,
+    pub(crate) password: String,
+}
+
+impl fmt::Debug for MasterAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MasterAuth")
+            .field("username", &self.username)
+            .field("password", &"***")
+            .finish()
+    }
+}
+
 /// Validated settings shared by everything a client runs.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) topology: Topology,
+    pub(crate) master_auth: Option<MasterAuth>,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) waiter_liveness: Duration,
     pub(crate) command_timeout: Duration,
@@ -103,6 +171,8 @@ pub(crate) struct Config {
 #[derive(Clone, Debug)]
 pub struct Builder {
     topology: Option<Topology>,
+    master_auth: Option<MasterAuth>,
+    pubsub: PubSubMode,
     watchdog_timeout: Duration,
     waiter_liveness: Duration,
     command_timeout: Duration,
@@ -117,6 +187,8 @@ impl Default for Builder {
     fn default() -> Self {
         Builder {
             topology: None,
+            master_auth: None,
+            pubsub: PubSubMode::Auto,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             waiter_liveness: DEFAULT_WAITER_LIVENESS,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
@@ -135,10 +207,128 @@ impl Builder {
         Self::default()
     }
 
-    /// Talk to one Redis server at `url` (`redis://[user:password@]host:port[/db]`). Required
-    /// unless another topology is chosen.
+    /// Talk to one Redis server at `url` (`redis://[user:password@]host:port[/db]`). One of
+    /// [`standalone`](Self::standalone), [`cluster`](Self::cluster) and
+    /// [`sentinel`](Self::sentinel) is required; the last call
+    /// wins.
     pub fn standalone(mut self, url: impl Into<String>) -> Self {
         self.topology = Some(Topology::Standalone(url.into()));
+        self
+    }
+
+    /// Talk to a Redis Cluster through these seed nodes (`redis://host:port` each; one reachable
+    /// master is enough, the client discovers the others and follows slot moves and failovers).
+    /// Release messages use [`pubsub_mode`](Self::pubsub_mode), [`PubSubMode::Auto`] by default.
+    ///
+    /// Every key of one lock must live in one slot: fairlock derives the lock's keys from its name
+    /// with Redisson's prefix rule, so a plain name is always fine, and a name containing `{` must
+    /// carry a non-empty hash tag (`{orders}:42`) or every operation on it is
+    /// [`Error::InvalidName`].
+    ///
+    /// # What a failover does to a lock
+    /// Replication is asynchronous. When a master dies, its replica is promoted with whatever it
+    /// had received: a lock (and a fair queue) written just before the crash can be missing on the
+    /// new master. The client reconnects and re-subscribes on its own; waiters are woken to
+    /// re-check, so none hangs. A held lock that the new master still has is renewed as before; one
+    /// it lost is reported through [`LockGuard::lost`](crate::LockGuard::lost) at the next renewal
+    /// (or at its validity deadline if renewals cannot get through), and another client may take
+    /// it from then on. With [`replica_sync`](Self::replica_sync) a grant is only reported once a
+    /// replica acknowledged it, which narrows that window but does not close it.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # async fn run() -> fairlock::Result<()> {
+    /// use fairlock::PubSubMode;
+    /// let client = fairlock::Client::builder()
+    ///     .cluster(["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"])
+    ///     .pubsub_mode(PubSubMode::Auto)
+    ///     .build()
+    ///     .await?;
+    /// let guard = client.fair_lock("{orders}:42").lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cluster<I, S>(mut self, nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.topology = Some(Topology::Cluster {
+            nodes: nodes.into_iter().map(Into::into).collect(),
+            pubsub: self.pubsub,
+        });
+        self
+    }
+
+    /// Talk to the master that Redis Sentinel monitors as `master_name`, found through these
+    /// sentinels (`redis://host:port` each; one that answers is enough). The client asks the
+    /// sentinels for the master, checks that the server it reaches calls itself master, and
+    /// asks again whenever a sentinel announces `+switch-master` (the client listens on one
+    /// sentinel at a time) or a command fails in a way that suggests a failover (a dropped
+    /// connection, a timeout, `READONLY`); its pub/sub connection moves to the new master too,
+    /// and waiters are woken to re-check. Listening matters: after a failover the old master
+    /// can stay up as a master for seconds before the sentinels demote it, and renewals that
+    /// kept landing there would let the lock expire on the new master. A master that requires
+    /// authentication takes [`sentinel_master_auth`](Self::sentinel_master_auth); sentinels that
+    /// do take credentials in their URLs.
+    ///
+    /// # What a failover does to a lock
+    /// As on a [cluster](Self::cluster): the promoted replica has whatever it had received. A held
+    /// lock it has is renewed as before; one it lacks is reported through
+    /// [`LockGuard::lost`](crate::LockGuard::lost), after which another client may take it.
+    /// Waiters ride out the failover (see [`FairLock::lock`](crate::FairLock::lock)) and re-check
+    /// on the new master; a fair queue the new master lacks is rebuilt as they re-queue, in the
+    /// order they get back. With [`replica_sync`](Self::replica_sync) a grant is reported only once
+    /// a replica acknowledged it.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # async fn run() -> fairlock::Result<()> {
+    /// let client = fairlock::Client::builder()
+    ///     .sentinel("mymaster", ["redis://127.0.0.1:26379", "redis://127.0.0.1:26380"])
+    ///     .build()
+    ///     .await?;
+    /// let guard = client.fair_lock("orders").lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn sentinel<I, S>(mut self, master_name: impl Into<String>, sentinels: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.topology = Some(Topology::Sentinel {
+            master_name: master_name.into(),
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+        });
+        self
+    }
+
+    /// Credentials for the master Sentinel names (and for the replicas it may promote), when
+    /// it requires authentication: `username` `None` authenticates with the password alone
+    /// (`requirepass`), `Some(user)` as that ACL user. Credentials for the sentinels themselves go
+    /// in their URLs. Only valid with [`sentinel`](Self::sentinel).
+    pub fn sentinel_master_auth(
+        mut self,
+        username: Option<&str>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.master_auth = Some(MasterAuth {
+            username: username.map(str::to_owned),
+            password: password.into(),
+        });
+        self
+    }
+
+    /// How release messages travel on a cluster (see [`PubSubMode`]). Defaults to
+    /// [`PubSubMode::Auto`]. Ignored outside a cluster, where messages always use classic pub/sub.
+    pub fn pubsub_mode(mut self, mode: PubSubMode) -> Self {
+        self.pubsub = mode;
+        if let Some(Topology::Cluster { pubsub, .. }) = &mut self.topology {
+            *pubsub = mode;
+        }
         self
     }
 
@@ -215,8 +405,38 @@ impl Builder {
     /// Validates the settings without connecting.
     pub(crate) fn validate(&self) -> Result<Config> {
         let topology = self.topology.clone().ok_or_else(|| {
-            Error::invalid_argument("topology", "call .standalone(url) before .build()")
+            Error::invalid_argument(
+                "topology",
+                "call .standalone(url), .cluster(nodes) or .sentinel(name, sentinels) before .build()",
+            )
         })?;
+        match &topology {
+            Topology::Cluster { nodes, .. } if nodes.is_empty() => {
+                return Err(Error::invalid_argument(
+                    "cluster",
+                    "needs at least one seed node",
+                ));
+            }
+            Topology::Sentinel { master_name, .. } if master_name.is_empty() => {
+                return Err(Error::invalid_argument(
+                    "sentinel",
+                    "the master name is empty",
+                ));
+            }
+            Topology::Sentinel { sentinels, .. } if sentinels.is_empty() => {
+                return Err(Error::invalid_argument(
+                    "sentinel",
+                    "needs at least one sentinel",
+                ));
+            }
+            Topology::Standalone(_) | Topology::Cluster { .. } if self.master_auth.is_some() => {
+                return Err(Error::invalid_argument(
+                    "sentinel_master_auth",
+                    "only applies to .sentinel(..); put credentials in the URL otherwise",
+                ));
+            }
+            _ => {}
+        }
         let min = Duration::from_millis(30);
         duration_ms("watchdog_timeout", self.watchdog_timeout)?;
         duration_ms("waiter_liveness", self.waiter_liveness)?;
@@ -258,6 +478,7 @@ impl Builder {
         }
         Ok(Config {
             topology,
+            master_auth: self.master_auth.clone(),
             watchdog_timeout: self.watchdog_timeout,
             waiter_liveness: self.waiter_liveness,
             command_timeout: self.command_timeout,
@@ -294,6 +515,55 @@ mod tests {
         assert_eq!(redact("redis://h:1"), "redis://h:1");
         let b = Builder::new().standalone("redis://u:pw@h:1");
         assert!(!format!("{b:?}").contains("pw"));
+        let b = Builder::new().cluster(["redis://u:pw@h:1", "redis://h:2"]);
+        assert!(!format!("{b:?}").contains("pw"));
+        let b = Builder::new().sentinel("m", ["redis://u:pw@h:1"]);
+        assert!(!format!("{b:?}").contains("pw"));
+        let b = Builder::new()
+            .sentinel("m", ["redis://h:1"])
+            .sentinel_master_auth(Some("u"), "pw");
+        assert!(!format!("{b:?}").contains("pw"));
+        assert!(!format!("{:?}", b.validate().unwrap()).contains("pw"));
+    }
+
+    #[test]
+    fn sentinel_needs_a_name_and_a_sentinel() {
+        let empty: [&str; 0] = [];
+        let err = Builder::new().sentinel("m", empty).validate().unwrap_err();
+        assert!(err.is_invalid_input(), "{err:?}");
+        let err = Builder::new()
+            .sentinel("", ["redis://h:1"])
+            .validate()
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{err:?}");
+        assert!(matches!(
+            Builder::new()
+                .sentinel("m", ["redis://h:1"])
+                .validate()
+                .unwrap()
+                .topology,
+            Topology::Sentinel { .. }
+        ));
+    }
+
+    #[test]
+    fn pubsub_mode_applies_in_either_order() {
+        let want = |b: Builder| match b.validate().unwrap().topology {
+            Topology::Cluster { pubsub, .. } => pubsub,
+            other => panic!("{other:?}"),
+        };
+        let a = Builder::new()
+            .pubsub_mode(PubSubMode::Classic)
+            .cluster(["redis://h:1"]);
+        let b = Builder::new()
+            .cluster(["redis://h:1"])
+            .pubsub_mode(PubSubMode::Classic);
+        assert_eq!(want(a), PubSubMode::Classic);
+        assert_eq!(want(b), PubSubMode::Classic);
+        assert_eq!(
+            want(Builder::new().cluster(["redis://h:1"])),
+            PubSubMode::Auto
+        );
     }
 
     #[test]
@@ -310,6 +580,7 @@ mod tests {
             ok.clone().timer_slots(0),
             ok.clone().batch_size(0),
             ok.clone().command_timeout(Duration::from_nanos(10)),
+            Builder::new().cluster(Vec::<String>::new()),
         ] {
             assert!(b.validate().unwrap_err().is_invalid_input());
         }

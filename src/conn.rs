@@ -1,30 +1,63 @@
 //! The command connection, one type over every topology so lock code never looks at which one it
-//! runs on. Standalone is a reconnecting multiplexed [`ConnectionManager`]; the cluster and
-//! Sentinel variants slot in here.
+//! runs on. Standalone is a reconnecting multiplexed [`ConnectionManager`]; a cluster is redis-rs's
+//! async cluster connection, twice: one for commands, and a RESP3 one that carries only the
+//! client's subscriptions (redis-rs re-subscribes them after reconnects and slot moves). They are
+//! kept apart because a node that loses a slot tells its shard subscribers with an unsolicited
+//! `sunsubscribe` push, which redis-rs can take for the reply to a command in flight on the same
+//! connection (seen in a manual-failover test: an acquire script "answered" by that push); behind
+//! Sentinel it is a connection to the current master that asks the sentinels again after a
+//! failure ([`SentinelMaster`]).
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, Pipeline, PushInfo, RedisFuture, Value};
+use tokio::sync::mpsc;
 
-use crate::config::{Config, Topology};
+use crate::config::{Config, PubSubMode, Topology};
 use crate::error::Result;
+use crate::sentinel::SentinelMaster;
 
 /// A cheap-to-clone handle on the client's command connection.
 #[derive(Clone)]
 pub(crate) enum Conn {
     Standalone(ConnectionManager),
+    Cluster {
+        conn: ClusterConnection,
+        /// Release messages use `SPUBLISH` / `SSUBSCRIBE`.
+        sharded: bool,
+    },
+    Sentinel(SentinelMaster),
 }
 
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Conn::Standalone(_) => f.write_str("Conn::Standalone"),
+            Conn::Cluster { sharded, .. } => write!(f, "Conn::Cluster {{ sharded: {sharded} }}"),
+            Conn::Sentinel(_) => f.write_str("Conn::Sentinel"),
         }
     }
 }
 
+/// Push messages (subscription traffic and disconnect notices) of a cluster connection.
+pub(crate) type Pushes = mpsc::UnboundedReceiver<PushInfo>;
+
+/// A cluster's subscription-only connection and its push messages.
+pub(crate) struct ClusterPubSub {
+    pub(crate) conn: ClusterConnection,
+    pub(crate) pushes: Pushes,
+}
+
+fn timed_out(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Io, what))
+}
+
 impl Conn {
-    /// Opens the command connection for the configured topology.
-    pub(crate) async fn connect(config: &Config) -> Result<Conn> {
+    /// Opens the command connection for the configured topology; on a cluster also the
+    /// subscription-only connection, for the subscriber.
+    pub(crate) async fn connect(config: &Config) -> Result<(Conn, Option<ClusterPubSub>)> {
         match &config.topology {
             Topology::Standalone(url) => {
                 let client = redis::Client::open(url.as_str())?;
@@ -37,10 +70,56 @@ impl Conn {
                     ConnectionManager::new_with_config(client, cm_config),
                 )
                 .await
-                .map_err(|_| {
-                    redis::RedisError::from((redis::ErrorKind::Io, "connect timed out"))
-                })??;
-                Ok(Conn::Standalone(manager))
+                .map_err(|_| timed_out("connect timed out"))??;
+                Ok((Conn::Standalone(manager), None))
+            }
+            Topology::Cluster { nodes, pubsub } => {
+                let builder = || {
+                    ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                        .connection_timeout(config.connect_timeout)
+                        .response_timeout(config.command_timeout)
+                };
+                let connect = |client: redis::cluster::ClusterClient| async move {
+                    tokio::time::timeout(config.connect_timeout, client.get_async_connection())
+                        .await
+                        .map_err(|_| timed_out("cluster connect timed out"))?
+                        .map_err(crate::error::Error::from)
+                };
+                let mut conn = connect(builder().build()?).await?;
+                let (tx, pushes) = mpsc::unbounded_channel();
+                let subscriptions = connect(
+                    builder()
+                        .use_protocol(redis::ProtocolVersion::RESP3)
+                        .push_sender(tx)
+                        .build()?,
+                )
+                .await?;
+                let sharded = match pubsub {
+                    PubSubMode::Sharded => true,
+                    PubSubMode::Classic => false,
+                    PubSubMode::Auto => server_major_version(&mut conn).await? >= 7,
+                };
+                Ok((
+                    Conn::Cluster { conn, sharded },
+                    Some(ClusterPubSub {
+                        conn: subscriptions,
+                        pushes,
+                    }),
+                ))
+            }
+            Topology::Sentinel {
+                master_name,
+                sentinels,
+            } => {
+                let master = SentinelMaster::connect(
+                    master_name,
+                    sentinels,
+                    config.master_auth.as_ref(),
+                    config.connect_timeout,
+                    config.command_timeout,
+                )
+                .await?;
+                Ok((Conn::Sentinel(master), None))
             }
         }
     }
@@ -48,20 +127,61 @@ impl Conn {
     /// The command that publishes a release message on this topology.
     pub(crate) fn publish_command(&self) -> &'static str {
         match self {
-            Conn::Standalone(_) => "PUBLISH",
+            Conn::Cluster { sharded: true, .. } => "SPUBLISH",
+            _ => "PUBLISH",
         }
     }
 
     /// Whether lock names must keep all their keys in one slot.
     pub(crate) fn is_cluster(&self) -> bool {
-        false
+        matches!(self, Conn::Cluster { .. })
     }
+
+    /// Runs a keyless command on the master that owns `slot` (cluster), or on the one server.
+    pub(crate) async fn on_master_of(&mut self, slot: u16, cmd: &Cmd) -> Result<Value> {
+        match self {
+            Conn::Standalone(c) => Ok(c.req_packed_command(cmd).await?),
+            Conn::Sentinel(c) => Ok(c.req_packed_command(cmd).await?),
+            Conn::Cluster { conn, .. } => {
+                let route = redis::cluster_routing::Route::new(
+                    slot,
+                    redis::cluster_routing::SlotAddr::Master,
+                );
+                Ok(conn
+                    .route_command(
+                        cmd.clone(),
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    )
+                    .await?)
+            }
+        }
+    }
+}
+
+/// The major version of one cluster node (they are assumed to run the same release).
+async fn server_major_version(conn: &mut ClusterConnection) -> Result<u32> {
+    let info = conn
+        .route_command(
+            redis::cmd("INFO").arg("server").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+        )
+        .await?;
+    let text: String = redis::FromRedisValue::from_redis_value(info)
+        .map_err(|e| crate::error::Error::UnexpectedReply(format!("INFO server: {e}")))?;
+    let major = text
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .and_then(|v| v.trim().split('.').next()?.parse().ok())
+        .unwrap_or(0);
+    Ok(major)
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Standalone(c) => c.req_packed_command(cmd),
+            Conn::Cluster { conn, .. } => conn.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -73,12 +193,16 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster { conn, .. } => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Conn::Standalone(c) => c.get_db(),
+            Conn::Cluster { conn, .. } => conn.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
         }
     }
 }

@@ -85,6 +85,37 @@ impl Error {
         matches!(self, Error::Redis(e) if e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error())
     }
 
+    /// A failure that may clear up by itself: the connection dropped or timed out, or the server
+    /// is failing over, loading, or (in a cluster) moving slots. Waiting calls retry these until
+    /// their deadline.
+    pub fn is_transient(&self) -> bool {
+        use redis::{ErrorKind, ServerErrorKind};
+        let Error::Redis(e) = self else {
+            return false;
+        };
+        matches!(
+            e.kind(),
+            ErrorKind::Io
+                | ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::MasterNameNotFoundBySentinel
+                | ErrorKind::NoValidReplicasFoundBySentinel
+                | ErrorKind::Server(
+                    ServerErrorKind::TryAgain
+                        | ServerErrorKind::ClusterDown
+                        | ServerErrorKind::MasterDown
+                        | ServerErrorKind::BusyLoading
+                        | ServerErrorKind::ReadOnly
+                        | ServerErrorKind::Moved
+                        | ServerErrorKind::Ask
+                )
+        )
+    }
+
+    /// A transient failure after which a command may or may not have run (its reply was lost).
+    pub(crate) fn is_ambiguous(&self) -> bool {
+        matches!(self, Error::Redis(e) if e.kind() == redis::ErrorKind::Io)
+    }
+
     /// The lock name or another argument was rejected before anything was sent.
     pub fn is_invalid_input(&self) -> bool {
         matches!(

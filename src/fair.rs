@@ -107,6 +107,13 @@ impl FairLock {
     /// # Errors
     /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis)
     /// when Redis fails (the waiter leaves the queue), [`Error::Shutdown`](crate::Error::Shutdown).
+    /// Transient failures ([`Error::is_transient`](crate::Error::is_transient): a dropped
+    /// connection, a failover, a slot on the move) are retried with a backoff for as long as the
+    /// watchdog timeout (or the waiter liveness, if longer); an outage that outlasts it is
+    /// returned as the last error. An attempt whose reply was lost is checked before the next one,
+    /// so a grant made in the dark is taken up, never counted twice. If the call ends in an error
+    /// right after a lost reply, the same holder's next acquisition of the lock checks first and
+    /// takes such a grant up; without one, it expires with its lease.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future gives up its place in the queue (from the background, with
@@ -139,6 +146,8 @@ impl FairLock {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero lease or a duration
     /// beyond `i64` milliseconds, [`Error::InvalidName`](crate::Error::InvalidName),
     /// [`Error::Redis`](crate::Error::Redis), [`Error::Shutdown`](crate::Error::Shutdown).
+    /// Transient failures are retried as in [`lock`](Self::lock), but only until `wait` runs out:
+    /// then the last Redis error is returned (one command timeout after `wait` at the latest).
     ///
     /// # Cancel safety
     /// Cancel safe, as [`lock`](Self::lock).

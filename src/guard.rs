@@ -1,6 +1,6 @@
 //! Holding a lock: the public [`LockGuard`] over the per-holder hold state the watchdog tracks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -155,6 +155,9 @@ impl Held {
 #[derive(Debug, Default)]
 pub(crate) struct Holds {
     map: Mutex<HashMap<HoldKey, Weak<Held>>>,
+    /// Holders whose last acquire call ended right after a lost reply: that attempt may have
+    /// taken the lock unseen, so their next acquisition checks first (see `acquire`).
+    unsure: Mutex<HashSet<HoldKey>>,
 }
 
 impl Holds {
@@ -231,6 +234,43 @@ impl Holds {
             }
         }
         last
+    }
+
+    /// How many holds this client counts for `field` on `spec` (0 when none is live).
+    pub(crate) fn count(&self, spec: &Arc<LockSpec>, field: &Arc<str>) -> u64 {
+        let key = HoldKey {
+            spec: spec.clone(),
+            field: field.clone(),
+        };
+        self.lock()
+            .get(&key)
+            .and_then(Weak::upgrade)
+            .filter(|held| held.lost_reason().is_none() && !held.is_released())
+            .map_or(0, |held| held.holds.load(Ordering::Relaxed))
+    }
+
+    /// Remembers that `field`'s last acquire call on `spec` ended after a lost reply.
+    pub(crate) fn mark_unsure(&self, spec: &Arc<LockSpec>, field: &Arc<str>) {
+        let key = HoldKey {
+            spec: spec.clone(),
+            field: field.clone(),
+        };
+        self.unsure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key);
+    }
+
+    /// Whether `field`'s last acquire call on `spec` ended after a lost reply (and forgets it).
+    pub(crate) fn take_unsure(&self, spec: &Arc<LockSpec>, field: &Arc<str>) -> bool {
+        let mut unsure = self.unsure.lock().unwrap_or_else(|p| p.into_inner());
+        if unsure.is_empty() {
+            return false;
+        }
+        unsure.remove(&HoldKey {
+            spec: spec.clone(),
+            field: field.clone(),
+        })
     }
 
     /// Every live hold (for shutdown).

@@ -109,6 +109,29 @@ pub(crate) fn hash_tag(key: &str) -> Option<&str> {
     (close > 0).then(|| &rest[..close])
 }
 
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag, or of the whole key when it
+/// has none, modulo 16384.
+pub(crate) fn slot(key: &str) -> u16 {
+    let hashed = hash_tag(key).unwrap_or(key);
+    crc16(hashed.as_bytes()) & 0x3fff
+}
+
+/// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), as Redis Cluster uses.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= (b as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
 /// Checks a lock name. `cluster` adds the rule that a name with a `{` must carry a valid hash tag:
 /// without one, the prefix rule leaves the derived keys in other slots than the name (CROSSSLOT).
 pub(crate) fn validate(name: &str, cluster: bool) -> Result<()> {
@@ -163,6 +186,19 @@ mod tests {
         assert_eq!(hash_tag("foo{bar}{zap}"), Some("bar"));
         assert_eq!(hash_tag("plain"), None);
         assert_eq!(hash_tag("open{only"), None);
+    }
+
+    #[test]
+    fn slots_follow_the_cluster_spec() {
+        // The check value of CRC16/XMODEM, as given in the Redis Cluster specification.
+        assert_eq!(crc16(b"123456789"), 0x31c3);
+        assert_eq!(slot("123456789"), 0x31c3 & 0x3fff);
+        // A key and its hash tag share a slot; every derived key of a lock shares the name's.
+        assert_eq!(slot("{user1000}.following"), slot("user1000"));
+        let k = LockKeys::new("orders:42");
+        for key in [k.channel(), k.queue(), k.deadlines(), k.token()] {
+            assert_eq!(slot(key), slot("orders:42"));
+        }
     }
 
     #[test]

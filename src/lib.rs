@@ -12,6 +12,9 @@
 //! * Waiters sleep on pub/sub messages over **one** subscriber connection per client, never by
 //!   polling; a lost message costs latency, never correctness.
 //! * Every lock future is cancel safe: dropping it leaves the queue and wakes the next waiter.
+//! * One standalone server, a Redis Cluster ([`Builder::cluster`], sharded pub/sub on Redis 7+)
+//!   or a Sentinel-managed master ([`Builder::sentinel`]); waiting calls ride out failovers and
+//!   [`Builder::cluster`] documents what a failover does to a held lock.
 //!
 //! ```no_run
 //! # async fn demo() -> fairlock::Result<()> {
@@ -79,13 +82,14 @@ mod lock;
 mod ops;
 mod redlock;
 mod scripts;
+mod sentinel;
 mod state;
 mod subscriber;
 mod timer;
 
 pub use client::Client;
 pub use config::{
-    Builder, SyncFailure, Topology, DEFAULT_BATCH_SIZE, DEFAULT_COMMAND_TIMEOUT,
+    Builder, PubSubMode, SyncFailure, Topology, DEFAULT_BATCH_SIZE, DEFAULT_COMMAND_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMER_SLOTS, DEFAULT_TIMER_TICK, DEFAULT_WAITER_LIVENESS,
     DEFAULT_WATCHDOG_TIMEOUT,
 };

@@ -64,7 +64,8 @@ impl Lock {
     ///
     /// # Errors
     /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis),
-    /// [`Error::Shutdown`](crate::Error::Shutdown).
+    /// [`Error::Shutdown`](crate::Error::Shutdown). Transient failures are retried as
+    /// [`FairLock::lock`](crate::FairLock::lock) describes.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future stops waiting without swallowing a wake-up meant for
@@ -90,7 +91,8 @@ impl Lock {
     /// Returns within `wait` plus one round trip (bounded by the command timeout).
     ///
     /// # Errors
-    /// As [`lock_with_lease`](Self::lock_with_lease).
+    /// As [`lock_with_lease`](Self::lock_with_lease); transient failures are retried only until
+    /// `wait` runs out.
     ///
     /// # Cancel safety
     /// Cancel safe, as [`lock`](Self::lock).

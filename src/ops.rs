@@ -150,6 +150,21 @@ pub(crate) async fn acquire(conn: &mut Conn, args: &AcquireArgs) -> Result<Attem
     }
 }
 
+/// What `field` holds on the lock right now: `(hold count, fencing counter)`.
+pub(crate) async fn probe(conn: &mut Conn, spec: &LockSpec, field: &str) -> Result<(u64, u64)> {
+    let keys = &spec.keys;
+    let reply: Vec<i64> = scripts::HOLD_PROBE
+        .key(keys.name())
+        .key(keys.token())
+        .arg(field)
+        .invoke_async(conn)
+        .await?;
+    match reply.as_slice() {
+        [count, token] => Ok((*count.max(&0) as u64, *token.max(&0) as u64)),
+        _ => Err(Error::UnexpectedReply(format!("probe: {reply:?}"))),
+    }
+}
+
 /// Releases one hold of `field`. `request` (32 lowercase hex) names this release: sending the same
 /// request again (a retry after a timeout) returns the first outcome instead of releasing twice.
 /// `retry` is set on every send of a request after the first: only then is the latch looked up.
@@ -204,12 +219,20 @@ pub(crate) async fn unlock(
     }
 }
 
-/// Attempts of one release before giving up (the first plus two retries).
+/// Pause before retry `n` (1-based) after a transient failure: 25 ms doubling up to 1 s.
+pub(crate) fn retry_backoff(n: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(25u64 << n.saturating_sub(1).min(6))
+        .min(std::time::Duration::from_secs(1))
+}
+
+/// How many command timeouts a release keeps retrying transient failures for.
 const RELEASE_ATTEMPTS: usize = 3;
 
-/// Releases one hold, retrying a timed-out or disconnected attempt under the same request id, so
-/// the latch turns a retry of a release that did reach Redis into a no-op. `command_timeout`
-/// bounds each attempt; the latch outlives every retry.
+/// Releases one hold, retrying transient failures ([`Error::is_transient`]: a timeout, a dropped
+/// connection, a failover in progress) with a short backoff under the same request id, so the
+/// latch turns a retry of a release that did reach Redis into a no-op. Retries stop once
+/// `RELEASE_ATTEMPTS` command timeouts have passed (enough for a Sentinel or Cluster failover to
+/// complete); the latch outlives every retry.
 pub(crate) async fn release(
     conn: &mut Conn,
     spec: &LockSpec,
@@ -218,17 +241,16 @@ pub(crate) async fn release(
     command_timeout: std::time::Duration,
 ) -> Result<Unlocked> {
     let request = uuid::Uuid::new_v4().simple().to_string();
-    let latch_ms = (command_timeout.as_millis() as i64)
-        .saturating_mul(RELEASE_ATTEMPTS as i64 + 2)
-        .max(1000);
-    let mut attempt = 1;
+    let window = command_timeout * RELEASE_ATTEMPTS as u32;
+    let latch_ms = ((window + command_timeout * 2).as_millis() as i64).max(1000);
+    let started = std::time::Instant::now();
+    let mut attempt: u32 = 1;
     loop {
         match unlock(conn, spec, field, lease_ms, &request, latch_ms, attempt > 1).await {
-            Err(Error::Redis(e))
-                if attempt < RELEASE_ATTEMPTS
-                    && (e.is_timeout() || e.is_connection_dropped() || e.is_io_error()) =>
-            {
-                tracing::debug!(lock = spec.name(), field, error = %e, attempt, "retrying release");
+            Err(e) if e.is_transient() && started.elapsed() < window => {
+                tracing::debug!(lock = spec.name(), field, error = ?e, attempt, "retrying release");
+                let pause = retry_backoff(attempt).min(window.saturating_sub(started.elapsed()));
+                tokio::time::sleep(pause).await;
                 attempt += 1;
             }
             other => return other,
@@ -340,26 +362,72 @@ pub(crate) async fn renew(
     ttl_ms: i64,
     batch: usize,
 ) -> Result<Vec<bool>, RedisError> {
-    let mut out = Vec::with_capacity(items.len());
-    // One pipeline of up to `CALLS_PER_PIPELINE` calls at a time: the client's memory for a
-    // renewal stays bounded however many locks are held (10,000 locks: 10 round trips).
-    for group in items.chunks(batch.max(1) * CALLS_PER_PIPELINE) {
-        let mut pipe = Pipeline::with_capacity(CALLS_PER_PIPELINE);
-        for chunk in group.chunks(batch.max(1)) {
-            let mut cmd = evalsha(&scripts::RENEW, chunk.len());
-            for (name, _) in chunk {
-                cmd.arg(*name);
+    let batch = batch.max(1);
+    let mut out = vec![false; items.len()];
+    let groups = slot_groups(conn, items.iter().map(|(name, _)| *name));
+    if conn.is_cluster() {
+        // One pipeline per slot (a script call's keys must share a slot), all in flight at once.
+        let replies = join_all(groups.iter().map(|group| {
+            let mut conn = conn.clone();
+            async move { renew_group(&mut conn, items, group, ttl_ms, batch).await }
+        }))
+        .await;
+        for (group, reply) in groups.iter().zip(replies) {
+            for (&i, ok) in group.iter().zip(reply?) {
+                out[i] = ok;
             }
-            cmd.arg(ttl_ms);
-            for (_, field) in chunk {
-                cmd.arg(*field);
-            }
-            pipe.add_command(cmd);
         }
-        let replies = pipelined(conn, &scripts::RENEW, &pipe).await?;
-        out.extend(replies.into_iter().flatten().map(|r| r == 1));
+    } else {
+        // One pipeline of up to `CALLS_PER_PIPELINE` calls at a time: the client's memory for a
+        // renewal stays bounded however many locks are held (10,000 locks: 10 round trips).
+        for group in groups
+            .iter()
+            .flat_map(|g| g.chunks(batch * CALLS_PER_PIPELINE))
+        {
+            let reply = renew_group(conn, items, group, ttl_ms, batch).await?;
+            for (&i, ok) in group.iter().zip(reply) {
+                out[i] = ok;
+            }
+        }
     }
     Ok(out)
+}
+
+/// Renews `items[i]` for every `i` in `group` (one slot, when clustered) in one pipeline.
+async fn renew_group(
+    conn: &mut Conn,
+    items: &[RenewItem<'_>],
+    group: &[usize],
+    ttl_ms: i64,
+    batch: usize,
+) -> Result<Vec<bool>, RedisError> {
+    let mut pipe = Pipeline::with_capacity(group.len().div_ceil(batch));
+    for chunk in group.chunks(batch) {
+        let mut cmd = evalsha(&scripts::RENEW, chunk.len());
+        for &i in chunk {
+            cmd.arg(items[i].0);
+        }
+        cmd.arg(ttl_ms);
+        for &i in chunk {
+            cmd.arg(items[i].1);
+        }
+        pipe.add_command(cmd);
+    }
+    let replies = pipelined(conn, &scripts::RENEW, &pipe).await?;
+    Ok(replies.into_iter().flatten().map(|r| r == 1).collect())
+}
+
+/// Indices of `names` grouped by cluster slot (one group holding everything outside a cluster),
+/// each group in input order.
+fn slot_groups<'a>(conn: &Conn, names: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
+    if !conn.is_cluster() {
+        return vec![names.enumerate().map(|(i, _)| i).collect()];
+    }
+    let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+    for (i, name) in names.enumerate() {
+        by_slot.entry(crate::keys::slot(name)).or_default().push(i);
+    }
+    by_slot.into_values().collect()
 }
 
 /// Script calls per pipeline in a renewal batch (see [`renew`]).
@@ -386,20 +454,33 @@ pub(crate) async fn heartbeat(
     batch: usize,
 ) -> Result<Vec<Beat>, RedisError> {
     let publish = conn.publish_command();
-    let mut pipe = Pipeline::with_capacity(items.len().div_ceil(batch.max(1)));
-    for chunk in items.chunks(batch.max(1)) {
-        let mut cmd = evalsha(&scripts::FAIR_HEARTBEAT, 3 * chunk.len());
-        for (spec, _) in chunk {
-            let k = &spec.keys;
-            cmd.arg(k.name()).arg(k.queue()).arg(k.deadlines());
+    let batch = batch.max(1);
+    let groups = slot_groups(conn, items.iter().map(|(spec, _)| spec.name()));
+    let replies = join_all(groups.iter().map(|group| {
+        let mut conn = conn.clone();
+        let mut pipe = Pipeline::with_capacity(group.len().div_ceil(batch));
+        for chunk in group.chunks(batch) {
+            let mut cmd = evalsha(&scripts::FAIR_HEARTBEAT, 3 * chunk.len());
+            for &i in chunk {
+                let k = &items[i].0.keys;
+                cmd.arg(k.name()).arg(k.queue()).arg(k.deadlines());
+            }
+            cmd.arg(liveness_ms).arg(publish);
+            for &i in chunk {
+                cmd.arg(items[i].1).arg(items[i].0.keys.channel());
+            }
+            pipe.add_command(cmd);
         }
-        cmd.arg(liveness_ms).arg(publish);
-        for (spec, field) in chunk {
-            cmd.arg(*field).arg(spec.keys.channel());
+        async move { pipelined(&mut conn, &scripts::FAIR_HEARTBEAT, &pipe).await }
+    }))
+    .await;
+    let mut codes = vec![0i64; items.len()];
+    for (group, reply) in groups.iter().zip(replies) {
+        for (&i, code) in group.iter().zip(reply?.into_iter().flatten()) {
+            codes[i] = code;
         }
-        pipe.add_command(cmd);
     }
-    let replies = pipelined(conn, &scripts::FAIR_HEARTBEAT, &pipe).await?;
+    let replies = vec![codes];
     Ok(replies
         .into_iter()
         .flatten()
@@ -412,12 +493,13 @@ pub(crate) async fn heartbeat(
         .collect())
 }
 
-/// Connected replicas of the master behind `conn` (`INFO replication`).
-pub(crate) async fn connected_replicas(conn: &mut Conn) -> Result<u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query_async(conn)
+/// Connected replicas of the master of `slot` (`INFO replication`).
+pub(crate) async fn connected_replicas(conn: &mut Conn, slot: u16) -> Result<u64> {
+    let info = conn
+        .on_master_of(slot, redis::cmd("INFO").arg("replication"))
         .await?;
+    let info: String = redis::FromRedisValue::from_redis_value(info)
+        .map_err(|e| Error::UnexpectedReply(format!("INFO replication: {e}")))?;
     Ok(info
         .lines()
         .find_map(|l| l.trim().strip_prefix("connected_slaves:"))
@@ -425,13 +507,19 @@ pub(crate) async fn connected_replicas(conn: &mut Conn) -> Result<u64> {
         .unwrap_or(0))
 }
 
-/// `WAIT replicas timeout`: how many replicas acknowledged every write made so far on `conn`.
-pub(crate) async fn wait_replicas(conn: &mut Conn, replicas: u64, timeout_ms: i64) -> Result<u64> {
-    Ok(redis::cmd("WAIT")
-        .arg(replicas)
-        .arg(timeout_ms)
-        .query_async(conn)
-        .await?)
+/// `WAIT replicas timeout` on the master of `slot`: how many replicas acknowledged every write
+/// made so far on our connection to it.
+pub(crate) async fn wait_replicas(
+    conn: &mut Conn,
+    slot: u16,
+    replicas: u64,
+    timeout_ms: i64,
+) -> Result<u64> {
+    let acked = conn
+        .on_master_of(slot, redis::cmd("WAIT").arg(replicas).arg(timeout_ms))
+        .await?;
+    redis::FromRedisValue::from_redis_value(acked)
+        .map_err(|e| Error::UnexpectedReply(format!("WAIT: {e}")))
 }
 
 /// Polls every future until all are done, in the calling task: no spawn (so the caller's task

@@ -33,6 +33,8 @@ pub(crate) static FAIR_HEARTBEAT: LazyLock<Script> =
     LazyLock::new(|| Script::new(fair_script!("fair_heartbeat.lua")));
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
+pub(crate) static HOLD_PROBE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/hold_probe.lua")));
 pub(crate) static STATE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/state.lua")));
 pub(crate) static LOCK_ACQUIRE: LazyLock<Script> =

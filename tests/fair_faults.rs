@@ -130,3 +130,14 @@ async fn try_lock_is_bounded_while_redis_is_frozen() {
         "{elapsed:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_maxmemory_policy_is_warned_about_at_connect() {
+    let warned = support::EventCount::watch("maxmemory-policy is not noeviction", "");
+    let evicting = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let _c = Client::connect(&evicting.url()).await.unwrap();
+    assert_eq!(warned.get(), 1);
+    let safe = RedisServer::start();
+    let _c = Client::connect(&safe.url()).await.unwrap();
+    assert_eq!(warned.get(), 1, "noeviction is not warned about");
+}

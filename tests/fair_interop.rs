@@ -117,10 +117,20 @@ async fn a_java_waiter_keeps_its_place_and_hears_our_release() {
     let head: String = raw.lindex("redisson_lock_queue:{mixed}", 0).unwrap();
     assert_eq!(head, JAVA, "our waiter did not overtake the Java head");
     assert!(!raw.exists::<_, bool>("mixed").unwrap());
-    let _: () = raw.lpop("redisson_lock_queue:{mixed}", None).unwrap();
-    let _: () = raw.zrem("redisson_lock_timeout:{mixed}", JAVA).unwrap();
-    let _: () = raw.hset("mixed", JAVA, 1).unwrap();
-    let _: () = raw.pexpire("mixed", 30_000).unwrap();
+    // Atomically, as Redisson's script does: our waiter, head once the Java one leaves the queue,
+    // may re-check at any moment (its post-subscribe re-check can land here).
+    let _: () = redis::pipe()
+        .atomic()
+        .lpop("redisson_lock_queue:{mixed}", None)
+        .ignore()
+        .zrem("redisson_lock_timeout:{mixed}", JAVA)
+        .ignore()
+        .hset("mixed", JAVA, 1)
+        .ignore()
+        .pexpire("mixed", 30_000)
+        .ignore()
+        .query(&mut raw)
+        .unwrap();
 
     // Our waiter is the head now, and cannot take the lock while the Java holder has it.
     let next: String = raw.lindex("redisson_lock_queue:{mixed}", 0).unwrap();

@@ -156,24 +156,25 @@ impl RedisCluster {
     }
 
     /// Index into `nodes` of the master serving `slot`, per `CLUSTER NODES` of the first node
-    /// that answers (failed masters are skipped). Panics when no node answers or no master
-    /// serves the slot.
-    pub fn master_for_slot(&self, slot: u16) -> usize {
+    /// that answers (failed masters are skipped); `None` while no live node answers or no master
+    /// serves the slot (during a failover).
+    pub fn try_master_for_slot(&self, slot: u16) -> Option<usize> {
         let map = self
             .nodes
             .iter()
             .filter(|n| n.is_running())
-            .find_map(|n| slot_map(n.port()))
-            .expect("no cluster node answered CLUSTER NODES");
+            .find_map(|n| slot_map(n.port()))?;
         let port = map
             .iter()
             .find(|(start, end, _)| (*start..=*end).contains(&slot))
-            .map(|(_, _, port)| *port)
-            .unwrap_or_else(|| panic!("no master serves slot {slot}: {map:?}"));
-        self.nodes
-            .iter()
-            .position(|n| n.port() == port)
-            .unwrap_or_else(|| panic!("slot {slot} served by unknown port {port}"))
+            .map(|(_, _, port)| *port)?;
+        self.nodes.iter().position(|n| n.port() == port)
+    }
+
+    /// As [`try_master_for_slot`](Self::try_master_for_slot), panicking when there is none.
+    pub fn master_for_slot(&self, slot: u16) -> usize {
+        self.try_master_for_slot(slot)
+            .unwrap_or_else(|| panic!("no master serves slot {slot}\n{}", self.describe()))
     }
 
     /// Index into `nodes` of the master serving `key`.

@@ -5,18 +5,27 @@
 //! - [`RedisServer`]: one standalone server (also replicas, cluster nodes and sentinels).
 //! - [`RedisCluster`]: 3 masters + 3 replicas joined with `redis-cli --cluster create`.
 //! - [`SentinelGroup`]: 1 master, 2 replicas, 3 sentinels (quorum 2).
-//! - [`wait_until`] / [`wait_until_async`]: poll a condition every 10 ms with a hard deadline.
+//! - [`EventCount`]: counts the library's tracing events with a given message.
+//! - [`wait_until`] / [`wait_until_async`]: poll a condition every 10 ms with a hard deadline;
+//!   [`wait_for`] names the last state seen on timeout; [`wait_until_or`] reports instead of panicking.
+//! - [`wait_for_renewal`], [`kill_replica_links`], [`subscribed_channels`]: failover checks.
 #![allow(dead_code, unused_imports)]
 
 mod cluster;
+mod events;
 mod sentinel;
 mod server;
+mod topology;
 mod wait;
 
 pub use cluster::RedisCluster;
+pub use events::EventCount;
 pub use sentinel::SentinelGroup;
 pub use server::{info_field, RedisServer};
-pub use wait::{wait_until, wait_until_async};
+pub use topology::{
+    assert_lost_and_taken_over, kill_replica_links, subscribed_channels, wait_for_renewal,
+};
+pub use wait::{joined, wait_for, wait_until, wait_until_async, wait_until_or};
 
 /// Calls of one command in an `INFO commandstats` reply (0 when it never ran).
 pub fn command_calls(info: &str, command: &str) -> u64 {

@@ -19,6 +19,21 @@ pub fn wait_until(deadline: Duration, what: &str, mut cond: impl FnMut() -> bool
     }
 }
 
+/// Polls `cond` every 10 ms until it holds (`true`) or `deadline` passes (`false`), for a wait
+/// that may legitimately fail and be retried.
+pub fn wait_until_or(deadline: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + deadline;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
 /// Async variant of [`wait_until`]: awaits `cond()` every 10 ms (on the tokio timer, so the
 /// runtime's worker stays free in between).
 pub async fn wait_until_async<F, Fut>(deadline: Duration, what: &str, mut cond: F)
@@ -38,7 +53,7 @@ where
 
 /// Polls `probe` every 10 ms until it returns `Some`; on timeout panics with `what` and the
 /// description `describe` gives of the last state seen (for diagnosable failures).
-pub(crate) fn wait_for<T>(
+pub fn wait_for<T>(
     deadline: Duration,
     what: &str,
     mut probe: impl FnMut() -> Option<T>,
@@ -56,5 +71,15 @@ pub(crate) fn wait_for<T>(
             );
         }
         std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// Awaits a spawned task for at most `deadline`; panics naming `what` if it does not finish in
+/// time or panicked itself.
+pub async fn joined<T>(task: tokio::task::JoinHandle<T>, deadline: Duration, what: &str) -> T {
+    match tokio::time::timeout(deadline, task).await {
+        Ok(Ok(value)) => value,
+        Ok(Err(e)) => panic!("{what}: the task failed: {e}"),
+        Err(_) => panic!("timed out after {deadline:?} waiting for: {what}"),
     }
 }
