@@ -187,6 +187,68 @@ async fn a_frozen_redis_fires_lost_at_the_validity_deadline_at_the_latest() {
     );
 }
 
+/// `EVALSHA` calls held back by `CLIENT PAUSE WRITE`: for each paused client whose current
+/// command is one, the bytes of further commands waiting behind it in its query buffer.
+fn paused_evalsha(raw: &mut redis::Connection) -> Vec<usize> {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(raw).unwrap();
+    list.lines()
+        .filter_map(|line| {
+            let field = |k: &str| {
+                line.split(' ')
+                    .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+            };
+            let blocked = field("flags")?.contains('b') && field("cmd")? == "evalsha";
+            blocked.then(|| field("qbuf").and_then(|q| q.parse().ok()).unwrap_or(0))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_missed_behind_a_hung_one_goes_out_when_that_one_fails() {
+    let server = RedisServer::start();
+    let watchdog = Duration::from_secs(9); // a renewal every 3 s
+    let c = Client::builder()
+        .standalone(server.url())
+        .watchdog_timeout(watchdog)
+        .timer_tick(Duration::from_millis(10))
+        // Longer than a renewal period: the next renewal comes due while the first one hangs.
+        .command_timeout(Duration::from_millis(3500))
+        .build()
+        .await
+        .unwrap();
+    let guard = c.fair_lock("hung").lock().await.unwrap();
+    let mut raw = server.conn();
+    // Writes (scripts included) wait until CLIENT UNPAUSE, as during a manual failover.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(60_000)
+        .arg("WRITE")
+        .query(&mut raw)
+        .unwrap();
+    wait_until(watchdog, "a renewal held by the pause", || {
+        !paused_evalsha(&mut raw).is_empty()
+    });
+    let first = Instant::now();
+    // It times out after 3.5 s; the renewal that came due meanwhile goes out at once (on the same
+    // connection, or on a new one if the old one was dropped), not at the next period 6 s after
+    // the first.
+    wait_until(watchdog, "a second renewal behind the hung one", || {
+        let paused = paused_evalsha(&mut raw);
+        paused.len() > 1 || paused.iter().any(|&queued| queued > 0)
+    });
+    let second = first.elapsed();
+    let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut raw).unwrap();
+    assert!(
+        second < Duration::from_millis(4750),
+        "the missed renewal waited for the next period: {second:?}"
+    );
+    // The lease never ran out: the lock is renewed and still ours.
+    support::wait_for_renewal(&mut raw, "hung", watchdog);
+    assert!(!guard.is_lost());
+    guard.unlock().await.unwrap();
+    assert!(!raw.exists::<_, bool>("hung").unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_fires_lost_and_releases() {
     let server = RedisServer::start();

@@ -9,7 +9,10 @@
 //! * watchdog renewals for held locks taken without a lease, every `watchdog_timeout / 3`; all
 //!   renewals due in one tick go out together, up to `batch_size` locks per script call, in
 //!   pipelines of up to ten calls sent one after another (so a batch's buffers stay small however
-//!   many locks are held);
+//!   many locks are held); a renewal that comes due while the lock's previous one is still in
+//!   flight is not sent beside it, but if that one then fails it goes out at once rather than a
+//!   period later (a server stalled for longer than the command timeout, e.g. writes paused by a
+//!   manual failover, must not cost a lock whose lease has time left);
 //! * the local validity deadline of every held lock (send time of the last successful acquire or
 //!   renewal + lease − drift), at which the holder is told the lock is lost even if renewals stall;
 //! * deadline heartbeats for fair waiters that are still waiting, batched the same way;
@@ -237,6 +240,10 @@ struct HeldEntry {
     validity: Option<TimerHandle>,
     failures: u8,
     in_flight: bool,
+    /// A renewal came due while the previous one was still in flight (a slow or stalled
+    /// server); if that one fails, the missed renewal goes out at once instead of a whole
+    /// period later, which could be after the lease ran out.
+    missed: bool,
 }
 
 struct Driver {
@@ -406,6 +413,7 @@ impl Driver {
             validity: None,
             failures: 0,
             in_flight: false,
+            missed: false,
         });
         let needs_renew = entry.watchdog && entry.renew.is_none();
         let old_validity = entry.validity.take();
@@ -450,7 +458,9 @@ impl Driver {
                         }
                     };
                     drop(held);
-                    if !entry.in_flight {
+                    if entry.in_flight {
+                        entry.missed = true;
+                    } else {
                         entry.in_flight = true;
                         renew_ids.push(id);
                     }
@@ -534,6 +544,7 @@ impl Driver {
                         continue;
                     };
                     entry.in_flight = false;
+                    entry.missed = false;
                     let Some(held) = entry.held.upgrade() else {
                         self.forget(id);
                         continue;
@@ -563,13 +574,21 @@ impl Driver {
             }
             Err(e) => {
                 tracing::warn!(error = %e, locks = ids.len(), "lock renewal failed");
+                let mut retry = Vec::new();
                 for id in ids {
                     let Some(entry) = self.helds.get_mut(&id) else {
                         continue;
                     };
                     entry.in_flight = false;
                     entry.failures = entry.failures.saturating_add(1);
-                    if entry.failures >= 2 {
+                    let live = entry
+                        .held
+                        .upgrade()
+                        .is_some_and(|h| !h.is_released() && h.lost_reason().is_none());
+                    if std::mem::take(&mut entry.missed) && live && entry.failures < 2 {
+                        entry.in_flight = true;
+                        retry.push(id);
+                    } else if entry.failures >= 2 {
                         if let Some(held) = entry.held.upgrade() {
                             if !held.is_released() {
                                 held.mark_lost(LostReason::RenewalFailed);
@@ -577,6 +596,13 @@ impl Driver {
                         }
                         self.forget(id);
                     }
+                }
+                if !retry.is_empty() {
+                    tracing::debug!(
+                        locks = retry.len(),
+                        "renewing again at once after a failure"
+                    );
+                    self.send_renewals(retry);
                 }
             }
         }
