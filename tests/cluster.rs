@@ -416,16 +416,8 @@ async fn a_master_killed_while_held_keeps_a_synced_lock_and_serves_the_queue() {
     let mut cluster = cluster;
     cluster.nodes[master].kill();
     let killed = Instant::now();
-    wait_until(Duration::from_secs(30), "a replica is promoted", || {
-        cluster
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(i, n)| *i != master && n.is_running())
-            .any(|(i, _)| cluster.try_master_for_slot(RedisCluster::key_slot(&name)) == Some(i))
-    });
-    let new_master = cluster.master_for_key(&name);
-    assert_ne!(new_master, master);
+    let new_master =
+        cluster.wait_for_new_master(RedisCluster::key_slot(&name), master, Duration::from_secs(30));
     let mut nm = cluster.nodes[new_master].conn();
     // The promoted replica had the lock: the holder keeps it (renewals reach the new master,
     // which shows as the TTL going up again)...
@@ -509,9 +501,10 @@ async fn a_lock_the_promoted_replica_never_saw_is_reported_lost_and_the_waiter_g
     cluster.nodes[master].kill();
     cluster.nodes[replica].resume();
     let slot = RedisCluster::key_slot(&name);
-    wait_until(Duration::from_secs(30), "the replica is promoted", || {
-        cluster.try_master_for_slot(slot) == Some(replica)
-    });
+    assert_eq!(
+        cluster.wait_for_new_master(slot, master, Duration::from_secs(30)),
+        replica
+    );
     let mut nm = cluster.nodes[replica].conn();
 
     assert_lost_and_taken_over(held, waiter, &mut nm, &name).await;

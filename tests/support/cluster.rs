@@ -140,7 +140,7 @@ impl RedisCluster {
                 node.port(),
                 info_field(&repl, "role").unwrap_or("?"),
                 info_field(&repl, "master_link_status").unwrap_or("-"),
-                node.log_tail(3).replace('\n', "\n  log: "),
+                node.log_tail(8).replace('\n', "\n  log: "),
             ));
         }
         out.push_str(&format!(
@@ -169,6 +169,20 @@ impl RedisCluster {
             .find(|(start, end, _)| (*start..=*end).contains(&slot))
             .map(|(_, _, port)| *port)?;
         self.nodes.iter().position(|n| n.port() == port)
+    }
+
+    /// Waits until a live node other than `old` is the master of `slot` (a failover finished)
+    /// and returns its index; after `deadline` panics with every node's state and log tail.
+    pub fn wait_for_new_master(&self, slot: u16, old: usize, deadline: Duration) -> usize {
+        wait_for(
+            deadline,
+            &format!("a replica promoted to master of slot {slot}"),
+            || {
+                self.try_master_for_slot(slot)
+                    .filter(|&i| i != old && self.nodes[i].is_running())
+            },
+            || self.describe(),
+        )
     }
 
     /// As [`try_master_for_slot`](Self::try_master_for_slot), panicking when there is none.
