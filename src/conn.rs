@@ -176,8 +176,8 @@ async fn server_major_version(conn: &mut ClusterConnection) -> Result<u32> {
     Ok(major)
 }
 
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+impl Conn {
+    fn send<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Standalone(c) => c.req_packed_command(cmd),
             Conn::Cluster { conn, .. } => conn.req_packed_command(cmd),
@@ -185,7 +185,7 @@ impl ConnectionLike for Conn {
         }
     }
 
-    fn req_packed_commands<'a>(
+    fn send_pipeline<'a>(
         &'a mut self,
         pipeline: &'a Pipeline,
         offset: usize,
@@ -196,6 +196,65 @@ impl ConnectionLike for Conn {
             Conn::Cluster { conn, .. } => conn.req_packed_commands(pipeline, offset, count),
             Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
+    }
+}
+
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// A `NOSCRIPT` error value (how pipelines, and possibly single replies, carry it).
+fn noscript_value(value: &Value) -> bool {
+    matches!(value, Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript))
+}
+
+/// A `NOSCRIPT` reply, as an error or as an error value.
+fn noscript_reply(reply: &redis::RedisResult<Value>) -> bool {
+    match reply {
+        Err(e) => is_noscript(e),
+        Ok(value) => noscript_value(value),
+    }
+}
+
+/// Commands go to the connection of the topology; an `EVALSHA` of one of our scripts that meets
+/// `NOSCRIPT` is sent again as `EVAL` of its source (see [`scripts`](crate::scripts)), so callers
+/// never see `NOSCRIPT`. A pipeline of them is sent again whole: our pipelines (renewals and
+/// heartbeats) are idempotent, and all calls of one go to one node, where either all or none
+/// find the script.
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let reply = self.send(cmd).await;
+            if noscript_reply(&reply) {
+                if let Some(eval) = crate::scripts::eval_instead(cmd) {
+                    tracing::debug!("script not cached on the node; sent as EVAL");
+                    return self.send(&eval).await;
+                }
+            }
+            reply
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let replies = self.send_pipeline(pipeline, offset, count).await;
+            let noscript = match &replies {
+                Err(e) => is_noscript(e),
+                Ok(values) => values.iter().any(noscript_value),
+            };
+            if noscript {
+                if let Some(eval) = crate::scripts::eval_pipeline(pipeline) {
+                    tracing::debug!("script not cached on the node; pipeline sent as EVAL");
+                    return self.send_pipeline(&eval, offset, count).await;
+                }
+            }
+            replies
+        })
     }
 
     fn get_db(&self) -> i64 {

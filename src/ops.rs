@@ -329,19 +329,12 @@ pub(crate) async fn state(conn: &mut Conn, spec: &LockSpec) -> Result<RawState> 
 
 /// Runs a batch of calls of one script pipelined in one round trip. The calls are plain `EVALSHA`
 /// commands (one buffer per call, not one per key); after a `NOSCRIPT` (e.g. `SCRIPT FLUSH`,
-/// a restart or a failover) the script is loaded and the batch sent once more.
+/// a restart or a failover) the connection sends the batch once more as `EVAL`s.
 pub(crate) async fn pipelined(
     conn: &mut Conn,
-    script: &redis::Script,
     pipe: &Pipeline,
 ) -> Result<Vec<Vec<i64>>, RedisError> {
-    match pipe.query_async::<Vec<Vec<i64>>>(conn).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            script.prepare_invoke().load_async(conn).await?;
-            pipe.query_async(conn).await
-        }
-        other => other,
-    }
+    pipe.query_async::<Vec<Vec<i64>>>(conn).await
 }
 
 /// An `EVALSHA` of `script` with `keys` keys; the caller adds the keys, then the arguments.
@@ -413,7 +406,7 @@ async fn renew_group(
         }
         pipe.add_command(cmd);
     }
-    let replies = pipelined(conn, &scripts::RENEW, &pipe).await?;
+    let replies = pipelined(conn, &pipe).await?;
     Ok(replies.into_iter().flatten().map(|r| r == 1).collect())
 }
 
@@ -471,7 +464,7 @@ pub(crate) async fn heartbeat(
             }
             pipe.add_command(cmd);
         }
-        async move { pipelined(&mut conn, &scripts::FAIR_HEARTBEAT, &pipe).await }
+        async move { pipelined(&mut conn, &pipe).await }
     }))
     .await;
     let mut codes = vec![0i64; items.len()];

@@ -1,6 +1,12 @@
-//! The Lua scripts, one per operation (shared prologues joined in front at compile time), compiled in from `lua/` and run through [`redis::Script`]
-//! (EVALSHA first, one NOSCRIPT fallback that loads the script).
+//! The Lua scripts, one per operation (shared prologues joined in front at compile time), compiled
+//! in from `lua/` and run through [`redis::Script`] as `EVALSHA`. A `NOSCRIPT` reply (after
+//! `SCRIPT FLUSH`, a restart or a failover to a node that never ran the script) is answered by
+//! the connection layer with the same call as `EVAL` of the script's source
+//! ([`eval_instead`]), on the node that owns the keys, which also caches the script there.
+//! (`SCRIPT LOAD` is not enough on a cluster: it goes to the masters of a slot map that may be
+//! stale during a failover.)
 
+use std::ops::Deref;
 use std::sync::LazyLock;
 
 use redis::Script;
@@ -16,35 +22,122 @@ macro_rules! fair_script {
     };
 }
 
-pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(fair_script!("fair_acquire.lua")));
-pub(crate) static FAIR_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../lua/unlock_latch.lua"),
-        "\n",
-        fair_script!("fair_unlock.lua")
-    ))
-});
-pub(crate) static FAIR_GIVE_UP: LazyLock<Script> =
-    LazyLock::new(|| Script::new(fair_script!("fair_give_up.lua")));
-pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(fair_script!("fair_force_unlock.lua")));
-pub(crate) static FAIR_HEARTBEAT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(fair_script!("fair_heartbeat.lua")));
-pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
-pub(crate) static HOLD_PROBE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/hold_probe.lua")));
-pub(crate) static STATE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/state.lua")));
-pub(crate) static LOCK_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/lock_acquire.lua")));
-pub(crate) static LOCK_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../lua/unlock_latch.lua"),
-        "\n",
-        include_str!("../lua/lock_unlock.lua")
-    ))
-});
-pub(crate) static LOCK_FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/lock_force_unlock.lua")));
+/// Joins the unlock latch in front of an unlock script at compile time.
+macro_rules! latched {
+    ($source:expr) => {
+        concat!(include_str!("../lua/unlock_latch.lua"), "\n", $source)
+    };
+}
+
+/// One script: its source and the [`Script`] (hash computed on first use). Derefs to the
+/// [`Script`] to build invocations.
+pub(crate) struct Lua {
+    source: &'static str,
+    script: LazyLock<Script, fn() -> Script>,
+}
+
+impl Deref for Lua {
+    type Target = Script;
+
+    fn deref(&self) -> &Script {
+        &self.script
+    }
+}
+
+/// Declares the scripts as `Lua` statics, and [`ALL`] listing them.
+macro_rules! scripts {
+    ($($name:ident = $source:expr;)*) => {
+        $(
+            pub(crate) static $name: Lua = Lua {
+                source: $source,
+                script: LazyLock::new(|| Script::new($source)),
+            };
+        )*
+        /// Every script, for [`eval_instead`].
+        static ALL: &[&Lua] = &[$(&$name),*];
+    };
+}
+
+scripts! {
+    FAIR_ACQUIRE = fair_script!("fair_acquire.lua");
+    FAIR_UNLOCK = latched!(fair_script!("fair_unlock.lua"));
+    FAIR_GIVE_UP = fair_script!("fair_give_up.lua");
+    FAIR_FORCE_UNLOCK = fair_script!("fair_force_unlock.lua");
+    FAIR_HEARTBEAT = fair_script!("fair_heartbeat.lua");
+    RENEW = include_str!("../lua/renew.lua");
+    HOLD_PROBE = include_str!("../lua/hold_probe.lua");
+    STATE = include_str!("../lua/state.lua");
+    LOCK_ACQUIRE = include_str!("../lua/lock_acquire.lua");
+    LOCK_UNLOCK = latched!(include_str!("../lua/lock_unlock.lua"));
+    LOCK_FORCE_UNLOCK = include_str!("../lua/lock_force_unlock.lua");
+}
+
+/// The `EVAL` equivalent of `cmd` when it is an `EVALSHA` of one of our scripts: the source in
+/// place of the hash, keys and arguments unchanged. `None` for any other command.
+pub(crate) fn eval_instead(cmd: &redis::Cmd) -> Option<redis::Cmd> {
+    let mut args = cmd.args_iter();
+    let (Some(redis::Arg::Simple(name)), Some(redis::Arg::Simple(hash))) =
+        (args.next(), args.next())
+    else {
+        return None;
+    };
+    if !name.eq_ignore_ascii_case(b"EVALSHA") {
+        return None;
+    }
+    let lua = ALL.iter().find(|l| l.get_hash().as_bytes() == hash)?;
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(lua.source);
+    for arg in args {
+        match arg {
+            redis::Arg::Simple(a) => eval.arg(a),
+            _ => return None,
+        };
+    }
+    Some(eval)
+}
+
+/// [`eval_instead`] for every command of `pipe`; `None` if any is not one of our `EVALSHA`s.
+pub(crate) fn eval_pipeline(pipe: &redis::Pipeline) -> Option<redis::Pipeline> {
+    let mut out = redis::Pipeline::new();
+    for cmd in pipe.cmd_iter() {
+        out.add_command(eval_instead(cmd)?);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evalsha_of_each_script_becomes_eval_of_its_source_with_the_same_keys_and_args() {
+        for lua in ALL {
+            let mut evalsha = redis::cmd("EVALSHA");
+            evalsha.arg(lua.get_hash()).arg(2).arg("k1").arg("k2").arg(30_000);
+            let eval = eval_instead(&evalsha).expect("one of our scripts");
+            let args: Vec<Vec<u8>> = eval
+                .args_iter()
+                .map(|a| match a {
+                    redis::Arg::Simple(b) => b.to_vec(),
+                    _ => panic!("cursor argument"),
+                })
+                .collect();
+            let expected: Vec<&[u8]> =
+                vec![b"EVAL", lua.source.as_bytes(), b"2", b"k1", b"k2", b"30000"];
+            assert_eq!(args, expected);
+        }
+        let names: std::collections::HashSet<&str> = ALL.iter().map(|l| l.get_hash()).collect();
+        assert_eq!(names.len(), ALL.len(), "two scripts share a hash");
+    }
+
+    #[test]
+    fn other_commands_and_unknown_scripts_are_left_alone() {
+        assert!(eval_instead(redis::cmd("GET").arg("k")).is_none());
+        assert!(eval_instead(redis::cmd("EVALSHA").arg("0".repeat(40)).arg(0)).is_none());
+        let mut pipe = redis::pipe();
+        pipe.add_command(redis::cmd("EVALSHA").arg(RENEW.get_hash()).arg(0).clone());
+        assert_eq!(eval_pipeline(&pipe).unwrap().cmd_iter().count(), 1);
+        pipe.add_command(redis::cmd("GET").arg("k").clone());
+        assert!(eval_pipeline(&pipe).is_none());
+    }
+}

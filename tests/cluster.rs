@@ -214,6 +214,19 @@ async fn names_that_cannot_share_a_slot_are_rejected_and_watchdog_renews_across_
                 .unwrap(),
         );
     }
+    // Every node forgets the scripts (as a promoted replica that never ran them would): the
+    // renewal pipelines and the calls below are answered NOSCRIPT and sent again as EVAL, on the
+    // node that owns the keys.
+    for node in &cluster.nodes {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query(&mut node.conn())
+            .unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut node.conn())
+            .unwrap();
+    }
     let start = Instant::now();
     wait_until_async(Duration::from_secs(10), "three renewal periods", || async {
         start.elapsed() >= Duration::from_millis(2700)
@@ -227,6 +240,17 @@ async fn names_that_cannot_share_a_slot_are_rejected_and_watchdog_renews_across_
     for g in guards {
         g.unlock().await.unwrap();
     }
+    let mut evals = 0;
+    for node in &cluster.nodes {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut node.conn())
+            .unwrap();
+        assert_eq!(support::command_calls(&info, "script|load"), 0, "{info}");
+        evals += support::command_calls(&info, "eval");
+    }
+    // At least one EVAL per master (each holds some of the locks); after that, EVALSHA.
+    assert!(evals >= 3, "{evals} EVAL calls");
 }
 
 /// `CLUSTER MYID` of a node.
@@ -416,8 +440,11 @@ async fn a_master_killed_while_held_keeps_a_synced_lock_and_serves_the_queue() {
     let mut cluster = cluster;
     cluster.nodes[master].kill();
     let killed = Instant::now();
-    let new_master =
-        cluster.wait_for_new_master(RedisCluster::key_slot(&name), master, Duration::from_secs(30));
+    let new_master = cluster.wait_for_new_master(
+        RedisCluster::key_slot(&name),
+        master,
+        Duration::from_secs(30),
+    );
     let mut nm = cluster.nodes[new_master].conn();
     // The promoted replica had the lock: the holder keeps it (renewals reach the new master,
     // which shows as the TTL going up again)...

@@ -70,6 +70,14 @@ async fn scripts_reload_after_script_flush() {
         assert!(lock.state().await.unwrap().owners.is_empty());
         assert!(!lock.force_unlock().await.unwrap());
     }
+    // Each NOSCRIPT was answered by sending the same call as EVAL (which caches the script
+    // again), never by a separate SCRIPT LOAD.
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut raw)
+        .unwrap();
+    assert_eq!(support::command_calls(&info, "script|load"), 0, "{info}");
+    assert!(support::command_calls(&info, "eval") >= 6, "{info}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
