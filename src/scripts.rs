@@ -113,7 +113,12 @@ mod tests {
     fn evalsha_of_each_script_becomes_eval_of_its_source_with_the_same_keys_and_args() {
         for lua in ALL {
             let mut evalsha = redis::cmd("EVALSHA");
-            evalsha.arg(lua.get_hash()).arg(2).arg("k1").arg("k2").arg(30_000);
+            evalsha
+                .arg(lua.get_hash())
+                .arg(2)
+                .arg("k1")
+                .arg("k2")
+                .arg(30_000);
             let eval = eval_instead(&evalsha).expect("one of our scripts");
             let args: Vec<Vec<u8>> = eval
                 .args_iter()

@@ -314,3 +314,65 @@ async fn credentials_for_the_master_are_used_on_every_connection() {
         .count();
     assert!(locker >= 3 && pubsub >= 1, "{clients}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_keeps_a_sentinel_master_through_its_failover() {
+    let mut group = SentinelGroup::start();
+    let standalone = [RedisServer::start(), RedisServer::start()];
+    let mut clients = vec![sentinel_client(&group, |b| b).await];
+    for s in &standalone {
+        clients.push(Client::connect(&s.url()).await.unwrap());
+    }
+    let name = "red-on-sentinel";
+    let red = fairlock::RedLock::new(clients.clone(), name);
+    let guard = red.lock().await.unwrap();
+    assert_eq!(guard.masters_held(), 3);
+    // The RLock hash is on the Sentinel-managed master (and, once WAIT says so, on its
+    // replicas) and on both standalone servers.
+    assert_eq!(group.master.conn().hlen::<_, i64>(name).unwrap(), 1);
+    for s in &standalone {
+        assert_eq!(s.conn().hlen::<_, i64>(name).unwrap(), 1);
+    }
+    let _: i64 = redis::cmd("WAIT")
+        .arg(2)
+        .arg(2000)
+        .query(&mut group.master.conn())
+        .unwrap();
+
+    let old = group.master.port();
+    group.master.kill();
+    let new = group.wait_for_failover(old, Duration::from_secs(30));
+    let mut nm = group.server_on(new).conn();
+    // That master's client followed the promotion: its watchdog renews the hash there.
+    wait_for_renewal(&mut nm, name, Duration::from_secs(20));
+    assert!(!guard.is_lost());
+    assert_eq!(guard.masters_held(), 3);
+    // Another task (another holder) does not get it meanwhile.
+    let other = fairlock::RedLock::new(clients.clone(), name);
+    let refused = {
+        let other = other.clone();
+        tokio::spawn(async move { other.try_lock(Duration::from_millis(200), None).await })
+    };
+    let refused = joined(
+        refused,
+        Duration::from_secs(10),
+        "the other task's try_lock",
+    )
+    .await;
+    assert!(refused.unwrap().is_none(), "taken while held");
+
+    guard.unlock().await.unwrap();
+    assert!(!nm.exists::<_, bool>(name).unwrap());
+    for s in &standalone {
+        assert!(!s.conn().exists::<_, bool>(name).unwrap());
+    }
+    let g = joined(
+        tokio::spawn(async move { other.lock().await }),
+        Duration::from_secs(10),
+        "the other task's lock",
+    )
+    .await
+    .unwrap();
+    assert_eq!(g.masters_held(), 3);
+    g.unlock().await.unwrap();
+}
