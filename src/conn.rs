@@ -50,8 +50,9 @@ pub(crate) struct ClusterPubSub {
     pub(crate) pushes: Pushes,
 }
 
-fn timed_out(what: &'static str) -> redis::RedisError {
-    redis::RedisError::from((redis::ErrorKind::Io, what))
+/// A timeout of ours (connect, discovery) as a Redis I/O error: transient, and `is_timeout()`.
+pub(crate) fn timed_out(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
 }
 
 impl Conn {

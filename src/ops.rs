@@ -327,16 +327,6 @@ pub(crate) async fn state(conn: &mut Conn, spec: &LockSpec) -> Result<RawState> 
     })
 }
 
-/// Runs a batch of calls of one script pipelined in one round trip. The calls are plain `EVALSHA`
-/// commands (one buffer per call, not one per key); after a `NOSCRIPT` (e.g. `SCRIPT FLUSH`,
-/// a restart or a failover) the connection sends the batch once more as `EVAL`s.
-pub(crate) async fn pipelined(
-    conn: &mut Conn,
-    pipe: &Pipeline,
-) -> Result<Vec<Vec<i64>>, RedisError> {
-    pipe.query_async::<Vec<Vec<i64>>>(conn).await
-}
-
 /// An `EVALSHA` of `script` with `keys` keys; the caller adds the keys, then the arguments.
 fn evalsha(script: &redis::Script, keys: usize) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
@@ -406,7 +396,8 @@ async fn renew_group(
         }
         pipe.add_command(cmd);
     }
-    let replies = pipelined(conn, &pipe).await?;
+    // A NOSCRIPT (flush, restart, failover) is answered by the connection: see `Conn`.
+    let replies: Vec<Vec<i64>> = pipe.query_async(conn).await?;
     Ok(replies.into_iter().flatten().map(|r| r == 1).collect())
 }
 
@@ -464,7 +455,7 @@ pub(crate) async fn heartbeat(
             }
             pipe.add_command(cmd);
         }
-        async move { pipelined(&mut conn, &pipe).await }
+        async move { pipe.query_async::<Vec<Vec<i64>>>(&mut conn).await }
     }))
     .await;
     let mut codes = vec![0i64; items.len()];

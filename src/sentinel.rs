@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio_stream::StreamExt;
 
 use crate::config::MasterAuth;
+use crate::conn::timed_out;
 
 /// A cheap-to-clone handle on the current master of one Sentinel-monitored group.
 #[derive(Clone)]
@@ -281,10 +282,6 @@ async fn watch_one(shared: &Weak<Shared>, next: &mut usize, backoff: &mut Durati
 /// Whether `addr` (a `ConnectionAddr` rendered as `host:port`) is `host`:`port`.
 fn same_addr(addr: &str, host: &str, port: u16) -> bool {
     addr == format!("{host}:{port}")
-}
-
-fn timed_out(what: &'static str) -> RedisError {
-    RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
 }
 
 impl ConnectionLike for SentinelMaster {
