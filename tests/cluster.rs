@@ -485,19 +485,6 @@ async fn a_master_killed_while_held_keeps_a_synced_lock_and_serves_the_queue() {
 }
 
 /// Index of the replica that follows master `master`.
-fn replica_of(cluster: &RedisCluster, master: usize) -> usize {
-    let port = cluster.nodes[master].port().to_string();
-    cluster
-        .nodes
-        .iter()
-        .position(|n| {
-            let info = n.info("replication");
-            support::info_field(&info, "role") == Some("slave")
-                && support::info_field(&info, "master_port") == Some(port.as_str())
-        })
-        .expect("every master has a replica")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_the_promoted_replica_never_saw_is_reported_lost_and_the_waiter_gets_it() {
     let cluster = RedisCluster::start();
@@ -511,7 +498,9 @@ async fn a_lock_the_promoted_replica_never_saw_is_reported_lost_and_the_waiter_g
     .await;
     let name = "unsynced".to_owned();
     let master = cluster.master_for_key(&name);
-    let replica = replica_of(&cluster, master);
+    let replica = cluster
+        .replica_of(master)
+        .expect("every master has a replica");
     // Cut the replica off before the grant: frozen, and its link closed by the master, so the
     // write below never reaches it. (Well within the 2 s node timeout.)
     cluster.nodes[replica].pause();
@@ -551,7 +540,9 @@ async fn a_manual_cluster_failover_keeps_the_lock_and_moves_the_waiters() {
     let b = cluster_client(&cluster, PubSubMode::Auto).await;
     let name = "manual-failover".to_owned();
     let master = cluster.master_for_key(&name);
-    let replica = replica_of(&cluster, master);
+    let replica = cluster
+        .replica_of(master)
+        .expect("every master has a replica");
     let held = a.fair_lock(name.as_str()).lock().await.unwrap();
     let waiter = {
         let lock = b.fair_lock(name.as_str());

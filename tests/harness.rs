@@ -3,7 +3,7 @@
 mod support;
 
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{AsyncCommands, Commands};
 use support::{info_field, wait_until, RedisCluster, RedisServer, SentinelGroup};
@@ -211,4 +211,33 @@ async fn sentinels_fail_over_when_the_master_dies() {
     let mut conn = group.server_on(new).conn();
     let _: () = conn.set("after-failover", 1).unwrap();
     assert_eq!(group.current_master_port(), new);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_master_whose_replica_will_not_fail_over_is_taken_over() {
+    let mut cluster = RedisCluster::start();
+    let slot = RedisCluster::key_slot("takeover");
+    let master = cluster.master_for_slot(slot);
+    let replica = cluster
+        .replica_of(master)
+        .expect("every master has a replica");
+    // This replica never starts an automatic failover, standing in for a failure detector that
+    // is too slow: the helper has to force the takeover after half its deadline.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-replica-no-failover")
+        .arg("yes")
+        .query(&mut cluster.nodes[replica].conn())
+        .unwrap();
+    cluster.nodes[master].kill();
+    let started = Instant::now();
+    let promoted = cluster.wait_for_new_master(slot, master, Duration::from_secs(10));
+    assert_eq!(promoted, replica);
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // The new master serves the slot.
+    let _: () = cluster.nodes[replica].conn().set("{takeover}x", 1).unwrap();
 }
