@@ -4,8 +4,9 @@
 -- ARGV[1] lease in ms, re-applied when holds remain (the lease the lock was taken with)
 -- ARGV[2] owner field
 -- ARGV[3] publish command, ARGV[4] release channel of this lock, ARGV[5] latch lifetime (ms)
--- ARGV[6] '1' when this is a retry of the same request (only a retry can find its latch set, so
---         the first attempt skips the lookup)
+-- ARGV[6] '1' when the latch must be looked up: a retry of the same request, or any send on a
+--         connection that may resend a request by itself (a cluster client); only then can the
+--         latch be set already, so a first attempt elsewhere skips the lookup
 --
 -- Reply: 1 released (the head, if any, was told), 0 still held (one hold fewer),
 --        2 the lock no longer existed (expired; treated as released, as RFairLock does, and the head

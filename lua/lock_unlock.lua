@@ -3,8 +3,9 @@
 -- KEYS[1] owner hash NAME, KEYS[2] unlock latch key of this request
 -- ARGV[1] lease in ms, re-applied when holds remain, ARGV[2] owner field
 -- ARGV[3] publish command, ARGV[4] release channel, ARGV[5] how long the latch is kept (ms)
--- ARGV[6] '1' when this is a retry of the same request (only a retry can find its latch set, so
---         the first attempt skips the lookup)
+-- ARGV[6] '1' when the latch must be looked up: a retry of the same request, or any send on a
+--         connection that may resend a request by itself (a cluster client); only then can the
+--         latch be set already, so a first attempt elsewhere skips the lookup
 --
 -- Reply: 1 released (and '0' published on the release channel), 0 still held (one hold fewer),
 --        -1 not ours (someone else holds it, or nobody: an expired RLock is not ours any more).

@@ -50,6 +50,14 @@ pub(crate) struct ClusterPubSub {
     pub(crate) pushes: Pushes,
 }
 
+/// How many times redis-rs's cluster client may send a command again by itself: after `MOVED` /
+/// `ASK` (safe: the command did not run), but also after a timeout or a dropped connection, when
+/// it may have run. Its default (16) would let one call take 17 command timeouts and resend an
+/// unlock long after its latch expired; with 2, a call takes at most 3 command timeouts, and
+/// unlocks on a cluster always look their latch up (see [`Conn::may_resend`]). Longer outages are
+/// ridden out by our own retry loops, which know what is safe to repeat.
+pub(crate) const CLUSTER_RETRIES: u32 = 2;
+
 /// A timeout of ours (connect, discovery) as a Redis I/O error: transient, and `is_timeout()`.
 pub(crate) fn timed_out(what: &'static str) -> redis::RedisError {
     redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
@@ -79,6 +87,7 @@ impl Conn {
                     ClusterClientBuilder::new(nodes.iter().map(String::as_str))
                         .connection_timeout(config.connect_timeout)
                         .response_timeout(config.command_timeout)
+                        .retries(CLUSTER_RETRIES)
                 };
                 let connect = |client: redis::cluster::ClusterClient| async move {
                     tokio::time::timeout(config.connect_timeout, client.get_async_connection())
@@ -178,6 +187,13 @@ async fn server_major_version(conn: &mut ClusterConnection) -> Result<u32> {
 }
 
 impl Conn {
+    /// Whether the connection itself may send a command again after a timeout (redis-rs's
+    /// cluster client does), so a script can run twice for one call: unlocks then always look
+    /// their latch up.
+    pub(crate) fn may_resend(&self) -> bool {
+        matches!(self, Conn::Cluster { .. })
+    }
+
     fn send<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Standalone(c) => c.req_packed_command(cmd),

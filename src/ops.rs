@@ -167,7 +167,8 @@ pub(crate) async fn probe(conn: &mut Conn, spec: &LockSpec, field: &str) -> Resu
 
 /// Releases one hold of `field`. `request` (32 lowercase hex) names this release: sending the same
 /// request again (a retry after a timeout) returns the first outcome instead of releasing twice.
-/// `retry` is set on every send of a request after the first: only then is the latch looked up.
+/// `retry` is set on every send of a request after the first: only then is the latch looked up
+/// (always, on a connection that may resend by itself: [`Conn::may_resend`]).
 pub(crate) async fn unlock(
     conn: &mut Conn,
     spec: &LockSpec,
@@ -180,6 +181,7 @@ pub(crate) async fn unlock(
     let keys = &spec.keys;
     let publish = conn.publish_command();
     let latch = format!("{}:{}", keys.latch_prefix(), request);
+    let look_up_latch = if retry || conn.may_resend() { "1" } else { "0" };
     let code: i64 = match spec.kind {
         Kind::Fair => {
             scripts::FAIR_UNLOCK
@@ -192,7 +194,7 @@ pub(crate) async fn unlock(
                 .arg(publish)
                 .arg(keys.channel())
                 .arg(latch_ms)
-                .arg(if retry { "1" } else { "0" })
+                .arg(look_up_latch)
                 .invoke_async(conn)
                 .await?
         }
@@ -205,7 +207,7 @@ pub(crate) async fn unlock(
                 .arg(publish)
                 .arg(keys.channel())
                 .arg(latch_ms)
-                .arg(if retry { "1" } else { "0" })
+                .arg(look_up_latch)
                 .invoke_async(conn)
                 .await?
         }
@@ -242,7 +244,14 @@ pub(crate) async fn release(
 ) -> Result<Unlocked> {
     let request = uuid::Uuid::new_v4().simple().to_string();
     let window = command_timeout * RELEASE_ATTEMPTS as u32;
-    let latch_ms = ((window + command_timeout * 2).as_millis() as i64).max(1000);
+    // Outlives the last send: the last attempt starts before `window` ends, and a cluster
+    // connection may send it again `CLUSTER_RETRIES` times, each bounded by the command timeout.
+    let resends = if conn.may_resend() {
+        crate::conn::CLUSTER_RETRIES
+    } else {
+        0
+    };
+    let latch_ms = ((window + command_timeout * (2 + resends)).as_millis() as i64).max(1000);
     let started = std::time::Instant::now();
     let mut attempt: u32 = 1;
     loop {
@@ -337,17 +346,30 @@ fn evalsha(script: &redis::Script, keys: usize) -> Cmd {
 /// One renewal entry: lock name and our field.
 pub(crate) type RenewItem<'a> = (&'a str, &'a str);
 
-/// Renews a group of held locks in chunks of `batch`, pipelined. One reply per entry, in order:
-/// `true` renewed, `false` our field is gone.
+/// Renews a group of held locks in chunks of `batch`, pipelined. One result per entry, in order:
+/// `Ok(true)` renewed, `Ok(false)` our field is gone, `Err` the renewal of its pipeline failed
+/// (on a cluster, one failing shard fails only its own locks' renewals).
 pub(crate) async fn renew(
     conn: &mut Conn,
     items: &[RenewItem<'_>],
     ttl_ms: i64,
     batch: usize,
-) -> Result<Vec<bool>, RedisError> {
+) -> Vec<Result<bool, RedisError>> {
     let batch = batch.max(1);
-    let mut out = vec![false; items.len()];
+    let mut out: Vec<Result<bool, RedisError>> = vec![Ok(false); items.len()];
     let groups = slot_groups(conn, items.iter().map(|(name, _)| *name));
+    let mut settle = |group: &[usize], reply: Result<Vec<bool>, RedisError>| match reply {
+        Ok(renewed) => {
+            for (&i, ok) in group.iter().zip(renewed) {
+                out[i] = Ok(ok);
+            }
+        }
+        Err(e) => {
+            for &i in group {
+                out[i] = Err(e.clone());
+            }
+        }
+    };
     if conn.is_cluster() {
         // One pipeline per slot (a script call's keys must share a slot), all in flight at once.
         let replies = join_all(groups.iter().map(|group| {
@@ -356,24 +378,28 @@ pub(crate) async fn renew(
         }))
         .await;
         for (group, reply) in groups.iter().zip(replies) {
-            for (&i, ok) in group.iter().zip(reply?) {
-                out[i] = ok;
-            }
+            settle(group, reply);
         }
     } else {
         // One pipeline of up to `CALLS_PER_PIPELINE` calls at a time: the client's memory for a
-        // renewal stays bounded however many locks are held (10,000 locks: 10 round trips).
+        // renewal stays bounded however many locks are held (10,000 locks: 10 round trips). One
+        // server: after a failure the rest would only wait out timeouts too, so they fail with it.
+        let mut failed: Option<RedisError> = None;
         for group in groups
             .iter()
             .flat_map(|g| g.chunks(batch * CALLS_PER_PIPELINE))
         {
-            let reply = renew_group(conn, items, group, ttl_ms, batch).await?;
-            for (&i, ok) in group.iter().zip(reply) {
-                out[i] = ok;
+            let reply = match &failed {
+                Some(e) => Err(e.clone()),
+                None => renew_group(conn, items, group, ttl_ms, batch).await,
+            };
+            if let Err(e) = &reply {
+                failed.get_or_insert_with(|| e.clone());
             }
+            settle(group, reply);
         }
     }
-    Ok(out)
+    out
 }
 
 /// Renews `items[i]` for every `i` in `group` (one slot, when clustered) in one pipeline.

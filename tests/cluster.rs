@@ -253,6 +253,85 @@ async fn names_that_cannot_share_a_slot_are_rejected_and_watchdog_renews_across_
     assert!(evals >= 3, "{evals} EVAL calls");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_stalled_shard_costs_only_its_own_locks_and_unlocks_check_their_latch() {
+    let cluster = RedisCluster::start();
+    let client = cluster_client_with(&cluster, PubSubMode::Auto, |b| {
+        b.watchdog_timeout(Duration::from_secs(3))
+            .command_timeout(Duration::from_millis(200))
+    })
+    .await;
+    let names = names_on_different_masters(&cluster, 3);
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(client.fair_lock(name.as_str()).lock().await.unwrap());
+        guards.push(
+            client
+                .lock(format!("{{{name}}}:plain"))
+                .lock()
+                .await
+                .unwrap(),
+        );
+    }
+    // On a cluster the connection may send a command again by itself after a timeout, so even a
+    // first unlock looks its latch up (a GET on the lock's master).
+    {
+        let reentry = client
+            .lock(format!("{{{}}}:plain", names[0]))
+            .lock()
+            .await
+            .unwrap();
+        let mut m = master_conn(&cluster, &names[0]);
+        let gets = |m: &mut redis::Connection| {
+            let info: String = redis::cmd("INFO").arg("commandstats").query(m).unwrap();
+            support::command_calls(&info, "get")
+        };
+        let before = gets(&mut m);
+        reentry.unlock().await.unwrap();
+        assert!(
+            gets(&mut m) > before,
+            "the first unlock did not look its latch up"
+        );
+    }
+    // Writes stall on one master (scripts wait, as during a manual failover) for longer than two
+    // renewals take to fail; the cluster itself stays healthy.
+    let stalled = cluster.master_for_key(&names[0]);
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(20_000)
+        .arg("WRITE")
+        .query(&mut cluster.nodes[stalled].conn())
+        .unwrap();
+    let (on_stalled, healthy): (Vec<_>, Vec<_>) = guards
+        .into_iter()
+        .partition(|g| cluster.master_for_key(g.name()) == stalled);
+    for g in &on_stalled {
+        let reason = tokio::time::timeout(Duration::from_secs(10), g.lost())
+            .await
+            .expect("the stalled shard's locks are reported lost");
+        assert_eq!(reason, fairlock::LostReason::RenewalFailed);
+    }
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut cluster.nodes[stalled].conn())
+        .unwrap();
+    // The other shards' locks were renewed all along and still are.
+    for g in &healthy {
+        assert!(!g.is_lost(), "{} lost with the other shard", g.name());
+        wait_for_renewal(
+            &mut master_conn(&cluster, g.name()),
+            g.name(),
+            Duration::from_secs(5),
+        );
+    }
+    for g in healthy {
+        g.unlock().await.unwrap();
+    }
+    for g in on_stalled {
+        assert!(g.unlock().await.unwrap_err().is_not_held());
+    }
+}
+
 /// `CLUSTER MYID` of a node.
 fn node_id(cluster: &RedisCluster, index: usize) -> String {
     redis::cmd("CLUSTER")

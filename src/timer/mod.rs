@@ -87,7 +87,7 @@ pub(crate) enum Work {
     Renewed {
         ids: Vec<u64>,
         sent: Instant,
-        result: Result<Vec<bool>, RedisError>,
+        results: Vec<Result<bool, RedisError>>,
     },
     /// Heartbeat replies for the listed waiters.
     Beaten {
@@ -371,7 +371,7 @@ impl Driver {
                 tokio::spawn(fut);
             }
             Work::Wake => {}
-            Work::Renewed { ids, sent, result } => self.on_renewed(ids, sent, result),
+            Work::Renewed { ids, sent, results } => self.on_renewed(ids, sent, results),
             Work::Beaten { waiters, result } => match result {
                 Ok(beats) => {
                     for (waiter, beat) in waiters.iter().zip(beats) {
@@ -528,83 +528,78 @@ impl Driver {
             let sent = Instant::now();
             let pairs: Vec<(&str, &str)> =
                 items.iter().map(|(h, _)| (h.name(), &*h.field)).collect();
-            let result = ops::renew(&mut conn, &pairs, ttl_ms, batch).await;
+            let results = ops::renew(&mut conn, &pairs, ttl_ms, batch).await;
             drop(pairs);
             let ids = items.iter().map(|(_, id)| *id).collect();
             drop(items);
-            let _ = tx.send(Work::Renewed { ids, sent, result });
+            let _ = tx.send(Work::Renewed { ids, sent, results });
         });
     }
 
-    fn on_renewed(&mut self, ids: Vec<u64>, sent: Instant, result: Result<Vec<bool>, RedisError>) {
-        match result {
-            Ok(renewed) => {
-                for (id, ok) in ids.into_iter().zip(renewed) {
-                    let Some(entry) = self.helds.get_mut(&id) else {
-                        continue;
-                    };
-                    entry.in_flight = false;
-                    entry.missed = false;
-                    let Some(held) = entry.held.upgrade() else {
-                        self.forget(id);
-                        continue;
-                    };
-                    if held.is_released() {
-                        // Released while the renewal was in flight: its reply means nothing.
-                        self.forget(id);
-                    } else if ok {
-                        entry.failures = 0;
-                        let old = entry.validity.take();
-                        if let Some(h) = old {
-                            self.wheel.cancel(h);
-                        }
-                        let validity = self.schedule(
-                            sent + self.watchdog - drift(self.watchdog),
-                            Timer::Validity(id),
-                        );
-                        if let Some(entry) = self.helds.get_mut(&id) {
-                            entry.validity = Some(validity);
-                        }
-                        tracing::trace!(lock = held.name(), "renewed");
-                    } else {
-                        held.mark_lost(LostReason::Gone);
-                        self.forget(id);
-                    }
-                }
+    fn on_renewed(&mut self, ids: Vec<u64>, sent: Instant, results: Vec<Result<bool, RedisError>>) {
+        let mut retry = Vec::new();
+        let mut failed = 0usize;
+        let mut first_error = None;
+        for (id, result) in ids.into_iter().zip(results) {
+            let Some(entry) = self.helds.get_mut(&id) else {
+                continue;
+            };
+            entry.in_flight = false;
+            let missed = std::mem::take(&mut entry.missed);
+            let Some(held) = entry.held.upgrade() else {
+                self.forget(id);
+                continue;
+            };
+            if held.is_released() {
+                // Released while the renewal was in flight: its reply means nothing.
+                self.forget(id);
+                continue;
             }
-            Err(e) => {
-                tracing::warn!(error = %e, locks = ids.len(), "lock renewal failed");
-                let mut retry = Vec::new();
-                for id in ids {
-                    let Some(entry) = self.helds.get_mut(&id) else {
-                        continue;
-                    };
-                    entry.in_flight = false;
+            match result {
+                Ok(true) => {
+                    entry.failures = 0;
+                    let old = entry.validity.take();
+                    if let Some(h) = old {
+                        self.wheel.cancel(h);
+                    }
+                    let validity = self.schedule(
+                        sent + self.watchdog - drift(self.watchdog),
+                        Timer::Validity(id),
+                    );
+                    if let Some(entry) = self.helds.get_mut(&id) {
+                        entry.validity = Some(validity);
+                    }
+                    tracing::trace!(lock = held.name(), "renewed");
+                }
+                Ok(false) => {
+                    held.mark_lost(LostReason::Gone);
+                    self.forget(id);
+                }
+                Err(e) => {
+                    failed += 1;
+                    first_error.get_or_insert(e);
                     entry.failures = entry.failures.saturating_add(1);
-                    let live = entry
-                        .held
-                        .upgrade()
-                        .is_some_and(|h| !h.is_released() && h.lost_reason().is_none());
-                    if std::mem::take(&mut entry.missed) && live && entry.failures < 2 {
+                    if entry.failures >= 2 {
+                        if held.lost_reason().is_none() {
+                            held.mark_lost(LostReason::RenewalFailed);
+                        }
+                        self.forget(id);
+                    } else if missed && held.lost_reason().is_none() {
                         entry.in_flight = true;
                         retry.push(id);
-                    } else if entry.failures >= 2 {
-                        if let Some(held) = entry.held.upgrade() {
-                            if !held.is_released() {
-                                held.mark_lost(LostReason::RenewalFailed);
-                            }
-                        }
-                        self.forget(id);
                     }
                 }
-                if !retry.is_empty() {
-                    tracing::debug!(
-                        locks = retry.len(),
-                        "renewing again at once after a failure"
-                    );
-                    self.send_renewals(retry);
-                }
             }
+        }
+        if let Some(e) = first_error {
+            tracing::warn!(error = %e, locks = failed, "lock renewal failed");
+        }
+        if !retry.is_empty() {
+            tracing::debug!(
+                locks = retry.len(),
+                "renewing again at once after a failure"
+            );
+            self.send_renewals(retry);
         }
     }
 
