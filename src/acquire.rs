@@ -136,13 +136,14 @@ impl Outage {
 }
 
 /// After a lost acquire reply: `Some(grant)` when Redis counts more holds for our field than this
-/// client does (`ours`), i.e. the lost attempt took the lock, else `None`.
+/// client does (`ours`), i.e. the lost attempt took the lock, else `None`. A grant taken up gets
+/// its lease again from the probe, so the caller's validity, counted from before the probe, holds.
 async fn adopt(
     conn: &mut crate::conn::Conn,
     args: &AcquireArgs,
     ours: u64,
 ) -> Result<Option<Attempt>> {
-    let (count, token) = ops::probe(conn, &args.spec, &args.field).await?;
+    let (count, token) = ops::probe(conn, &args.spec, &args.field, ours, args.lease_ms).await?;
     if count > ours {
         tracing::debug!(count, ours, "an attempt whose reply was lost took the lock");
         return Ok(Some(Attempt::Acquired {
@@ -355,14 +356,37 @@ async fn synced(
     command_timeout: Duration,
 ) -> Result<Attempt> {
     let slot = crate::keys::slot(args.spec.name());
-    let replicas = ops::connected_replicas(conn, slot).await?;
-    if replicas == 0 {
-        return Ok(granted);
+    let counted = async {
+        let replicas = ops::connected_replicas(conn, slot).await?;
+        if replicas == 0 {
+            return Ok((0, 0));
+        }
+        let acked =
+            ops::wait_replicas(conn, slot, replicas, sync.timeout.as_millis() as i64).await?;
+        Ok::<_, Error>((replicas, acked))
     }
-    let acked = ops::wait_replicas(conn, slot, replicas, sync.timeout.as_millis() as i64).await?;
-    if acked > 0 {
-        return Ok(granted);
-    }
+    .await;
+    let replicas = match counted {
+        Ok((0, _)) => return Ok(granted),
+        Ok((_, acked)) if acked > 0 => return Ok(granted),
+        Ok((replicas, _)) => replicas,
+        Err(e) => {
+            // The grant stands in Redis but its sync is unknown: give it back before reporting
+            // the error, so a retry does not pile a second hold on it. (If the release cannot
+            // get through either, its error is the one reported; a lost reply marks the call
+            // unsure, and the next attempt checks for the grant first.)
+            tracing::warn!(error = %e, "replica sync failed after a grant; releasing it");
+            ops::release(
+                conn,
+                &args.spec,
+                &args.field,
+                args.lease_ms,
+                command_timeout,
+            )
+            .await?;
+            return Err(e);
+        }
+    };
     tracing::warn!(replicas, timeout = ?sync.timeout, "no replica acknowledged the lock; releasing it");
     ops::release(
         conn,
@@ -390,6 +414,17 @@ impl Drop for Waiter {
         // driver settles: a late grant is released, which publishes the next wake-up.)
         // No I/O here: the driver settles whatever we leave behind.
         if let Some(attempt) = self.in_flight.take() {
+            // If its reply is lost, the attempt may hold the lock unseen: as below, the holder's
+            // next acquisition checks for it first.
+            let inner = self.inner.clone();
+            let (spec, field) = (self.args.spec.clone(), self.args.field.clone());
+            let attempt: AttemptFuture = Box::pin(async move {
+                let outcome = attempt.await;
+                if matches!(&outcome, Err(e) if e.is_ambiguous()) {
+                    inner.holds.mark_unsure(&spec, &field);
+                }
+                outcome
+            });
             self.inner.driver.send(Work::Abandoned {
                 attempt,
                 args: self.args.clone(),

@@ -236,7 +236,9 @@ impl Holds {
         last
     }
 
-    /// How many holds this client counts for `field` on `spec` (0 when none is live).
+    /// How many holds this client counts for `field` on `spec`: those of its entry that are not
+    /// released yet, lost ones included (their guards still send a release when dropped, so
+    /// Redis may still count them and will see them go).
     pub(crate) fn count(&self, spec: &Arc<LockSpec>, field: &Arc<str>) -> u64 {
         let key = HoldKey {
             spec: spec.clone(),
@@ -245,7 +247,7 @@ impl Holds {
         self.lock()
             .get(&key)
             .and_then(Weak::upgrade)
-            .filter(|held| held.lost_reason().is_none() && !held.is_released())
+            .filter(|held| !held.is_released())
             .map_or(0, |held| held.holds.load(Ordering::Relaxed))
     }
 

@@ -150,13 +150,23 @@ pub(crate) async fn acquire(conn: &mut Conn, args: &AcquireArgs) -> Result<Attem
     }
 }
 
-/// What `field` holds on the lock right now: `(hold count, fencing counter)`.
-pub(crate) async fn probe(conn: &mut Conn, spec: &LockSpec, field: &str) -> Result<(u64, u64)> {
+/// What `field` holds on the lock right now: `(hold count, fencing counter)`. When that is more
+/// than the `ours` holds the caller counts, the caller takes the extra grant up, and the lock's
+/// TTL is set to `lease_ms` again.
+pub(crate) async fn probe(
+    conn: &mut Conn,
+    spec: &LockSpec,
+    field: &str,
+    ours: u64,
+    lease_ms: i64,
+) -> Result<(u64, u64)> {
     let keys = &spec.keys;
     let reply: Vec<i64> = scripts::HOLD_PROBE
         .key(keys.name())
         .key(keys.token())
         .arg(field)
+        .arg(ours)
+        .arg(lease_ms)
         .invoke_async(conn)
         .await?;
     match reply.as_slice() {
@@ -507,7 +517,8 @@ pub(crate) async fn heartbeat(
 pub(crate) async fn connected_replicas(conn: &mut Conn, slot: u16) -> Result<u64> {
     let info = conn
         .on_master_of(slot, redis::cmd("INFO").arg("replication"))
-        .await?;
+        .await?
+        .extract_error()?;
     let info: String = redis::FromRedisValue::from_redis_value(info)
         .map_err(|e| Error::UnexpectedReply(format!("INFO replication: {e}")))?;
     Ok(info
@@ -528,6 +539,8 @@ pub(crate) async fn wait_replicas(
     let acked = conn
         .on_master_of(slot, redis::cmd("WAIT").arg(replicas).arg(timeout_ms))
         .await?;
+    // A server error (e.g. NOPERM) stays a Redis error, with its kind.
+    let acked = acked.extract_error()?;
     redis::FromRedisValue::from_redis_value(acked)
         .map_err(|e| Error::UnexpectedReply(format!("WAIT: {e}")))
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use fairlock::Client;
 use redis::Commands;
-use support::{joined, wait_until, EventCount, RedisServer};
+use support::{joined, wait_until, wait_until_async, EventCount, RedisServer};
 
 const RETRY: &str = "transient redis error while acquiring";
 
@@ -159,9 +159,11 @@ async fn a_call_that_ended_after_a_lost_reply_leaves_its_grant_to_the_holders_ne
     assert!(retries.get() >= 1);
     server.resume();
     let mut raw = server.conn();
-    // The same holder asks again: it takes up that grant instead of re-entering it.
+    // The same holder asks again: it takes up that grant instead of re-entering it, and the
+    // grant gets this call's lease (2 min) instead of keeping what is left of the first one's
+    // (the 30 s watchdog timeout, running since Redis thawed).
     let guard = lock
-        .try_lock(Duration::from_secs(5), None)
+        .try_lock(Duration::from_secs(5), Some(Duration::from_secs(120)))
         .await
         .unwrap()
         .expect("the grant made in the dark is ours");
@@ -169,6 +171,11 @@ async fn a_call_that_ended_after_a_lost_reply_leaves_its_grant_to_the_holders_ne
         raw.hgetall::<_, Vec<(String, i64)>>("lost-then-retry")
             .unwrap(),
         vec![(guard.owner_field().to_owned(), 1)]
+    );
+    let pttl: i64 = raw.pttl("lost-then-retry").unwrap();
+    assert!(
+        pttl > 60_000,
+        "the lease was not applied again: PTTL {pttl} ms"
     );
     guard.unlock().await.unwrap();
     assert!(!raw.exists::<_, bool>("lost-then-retry").unwrap());
@@ -203,4 +210,41 @@ async fn unlock_retries_through_a_short_freeze_and_releases_once() {
     );
     outer.unlock().await.unwrap();
     assert!(!raw.exists::<_, bool>("frozen-unlock").unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_whose_attempt_lost_its_reply_leaves_the_grant_to_the_next_call() {
+    let gave_up = EventCount::watch("give-up failed", "abandoned-dark");
+    let server = RedisServer::start();
+    let c = client(&server, Duration::from_millis(300)).await;
+    let lock = c.fair_lock("abandoned-dark");
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    server.pause();
+    // The caller stops waiting while its attempt is in flight; the client settles the attempt,
+    // which times out (its reply is lost), then tries to leave the queue, which times out too.
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), lock.lock()).await;
+    assert!(cancelled.is_err());
+    wait_until_async(Duration::from_secs(10), "the give-up failed", || async {
+        gave_up.get() >= 1
+    })
+    .await;
+    server.resume();
+    let mut raw = server.conn();
+    // Once Redis thaws, the attempt runs and grants the lock to nobody who knows it.
+    wait_until(Duration::from_secs(10), "the grant in the dark", || {
+        raw.exists::<_, bool>("abandoned-dark").unwrap()
+    });
+    // The holder's next call takes that grant up instead of stacking a second hold on it.
+    let guard = lock
+        .try_lock(Duration::from_secs(5), None)
+        .await
+        .unwrap()
+        .expect("the grant made in the dark is ours");
+    assert_eq!(
+        raw.hgetall::<_, Vec<(String, i64)>>("abandoned-dark")
+            .unwrap(),
+        vec![(guard.owner_field().to_owned(), 1)]
+    );
+    guard.unlock().await.unwrap();
+    assert!(!raw.exists::<_, bool>("abandoned-dark").unwrap());
 }

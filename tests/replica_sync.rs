@@ -102,3 +102,38 @@ async fn without_replicas_sync_is_a_no_op() {
         .unwrap();
     assert!(g.is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_that_errors_after_the_grant_gives_the_lock_back() {
+    let master = RedisServer::start();
+    let _replica = RedisServer::start_replica_of(&master);
+    let mut raw = master.conn();
+    // A user that may run the lock scripts but not WAIT: the sync step fails after every grant.
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("nowait")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-wait")
+        .query(&mut raw)
+        .unwrap();
+    let c = Client::builder()
+        .standalone(format!("redis://nowait:pw@127.0.0.1:{}", master.port()))
+        .replica_sync(Duration::from_millis(300), SyncFailure::Error)
+        .build()
+        .await
+        .unwrap();
+    for name in ["sync-error", "sync-error-plain"] {
+        let err = if name.ends_with("plain") {
+            c.lock(name).lock().await.unwrap_err()
+        } else {
+            c.fair_lock(name).lock().await.unwrap_err()
+        };
+        assert!(err.is_redis() && !err.is_transient(), "{err:?}");
+        // Nothing is left held for a guard nobody has.
+        assert!(!raw.exists::<_, bool>(name).unwrap(), "{name} left held");
+    }
+}
