@@ -50,6 +50,9 @@ struct Current {
     master: Option<Master>,
     /// The last master address seen.
     addr: Option<String>,
+    /// Counts `+switch-master` announcements: a discovery that was under way when one arrived
+    /// may have been told the old master, so it asks again.
+    switches: u64,
 }
 
 #[derive(Clone)]
@@ -144,16 +147,23 @@ impl SentinelMaster {
             }
         }
         let timeout = self.shared.connect_timeout;
-        let client = tokio::time::timeout(timeout, sentinels.async_get_client())
-            .await
-            .map_err(|_| timed_out("asking the sentinels for the master timed out"))??;
-        let conn = client
-            .get_multiplexed_async_connection_with_config(&self.shared.config)
-            .await?;
+        let (client, conn, mut current) = loop {
+            let switches = self.current().switches;
+            let client = tokio::time::timeout(timeout, sentinels.async_get_client())
+                .await
+                .map_err(|_| timed_out("asking the sentinels for the master timed out"))??;
+            let conn = client
+                .get_multiplexed_async_connection_with_config(&self.shared.config)
+                .await?;
+            let current = self.current();
+            if current.switches == switches {
+                break (client, conn, current);
+            }
+            // A switch was announced while we asked: the answer may name the old master.
+        };
         drop(sentinels);
         let addr = client.get_connection_info().addr().to_string();
         let master = Master { client, conn };
-        let mut current = self.current();
         current.generation += 1;
         current.master = Some(master.clone());
         if current.addr.as_deref() != Some(addr.as_str()) {
@@ -169,7 +179,11 @@ impl SentinelMaster {
     /// A sentinel announced a new master: drop the connection and find the master again now
     /// (which moves the subscriber too).
     async fn switched(&self) {
-        self.current().master = None;
+        {
+            let mut current = self.current();
+            current.master = None;
+            current.switches += 1;
+        }
         if let Err(e) = self.master().await {
             tracing::warn!(master_name = %self.shared.master_name, error = %e,
                 "the master switched but cannot be reached yet");
