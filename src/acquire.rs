@@ -366,28 +366,29 @@ async fn synced(
         Ok::<_, Error>((replicas, acked))
     }
     .await;
-    let replicas = match counted {
+    let outcome = match counted {
         Ok((0, _)) => return Ok(granted),
         Ok((_, acked)) if acked > 0 => return Ok(granted),
-        Ok((replicas, _)) => replicas,
+        Ok((replicas, _)) => {
+            tracing::warn!(replicas, timeout = ?sync.timeout, "no replica acknowledged the lock; releasing it");
+            match sync.on_failure {
+                SyncFailure::Error => Err(Error::ReplicasNotSynced {
+                    replicas,
+                    timeout: sync.timeout,
+                }),
+                // Try again shortly: the replicas may catch up.
+                SyncFailure::Retry => Ok(Attempt::Waiting { hint_ms: 10 }),
+            }
+        }
         Err(e) => {
-            // The grant stands in Redis but its sync is unknown: give it back before reporting
-            // the error, so a retry does not pile a second hold on it. (If the release cannot
-            // get through either, its error is the one reported; a lost reply marks the call
-            // unsure, and the next attempt checks for the grant first.)
             tracing::warn!(error = %e, "replica sync failed after a grant; releasing it");
-            ops::release(
-                conn,
-                &args.spec,
-                &args.field,
-                args.lease_ms,
-                command_timeout,
-            )
-            .await?;
-            return Err(e);
+            Err(e)
         }
     };
-    tracing::warn!(replicas, timeout = ?sync.timeout, "no replica acknowledged the lock; releasing it");
+    // Unsynced, or its sync unknown: the grant is given back before the outcome is reported, so
+    // a retry does not pile a second hold on it. (If the release cannot get through either, its
+    // error is the one reported; a lost reply marks the call unsure, and the next attempt checks
+    // for the grant first.)
     ops::release(
         conn,
         &args.spec,
@@ -396,14 +397,7 @@ async fn synced(
         command_timeout,
     )
     .await?;
-    match sync.on_failure {
-        SyncFailure::Error => Err(Error::ReplicasNotSynced {
-            replicas,
-            timeout: sync.timeout,
-        }),
-        // Try again shortly: the replicas may catch up.
-        SyncFailure::Retry => Ok(Attempt::Waiting { hint_ms: 10 }),
-    }
+    outcome
 }
 
 impl Drop for Waiter {
