@@ -114,16 +114,7 @@ async fn a_synced_lock_survives_the_failover_and_its_waiter_is_served_after() {
         queue_len(&group.master, name) == 1
     });
     // The queue must reach the replicas before the master dies (the grant already did: WAIT).
-    let _: i64 = redis::cmd("WAIT")
-        .arg(2)
-        .arg(2000)
-        .query(&mut group.master.conn())
-        .unwrap();
-
-    let old = group.master.port();
-    group.master.kill();
-    let new = group.wait_for_failover(old, Duration::from_secs(30));
-    let mut nm = group.server_on(new).conn();
+    let mut nm = group.kill_synced_master();
     // The new master had the lock, and the holder's renewals reach it (the TTL goes up again).
     wait_for_renewal(&mut nm, name, Duration::from_secs(20));
     assert!(!held.is_lost());
@@ -327,22 +318,13 @@ async fn redlock_keeps_a_sentinel_master_through_its_failover() {
     let red = fairlock::RedLock::new(clients.clone(), name);
     let guard = red.lock().await.unwrap();
     assert_eq!(guard.masters_held(), 3);
-    // The RLock hash is on the Sentinel-managed master (and, once WAIT says so, on its
-    // replicas) and on both standalone servers.
+    // The RLock hash is on the Sentinel-managed master (and, once the kill below has waited for
+    // them, on its replicas) and on both standalone servers.
     assert_eq!(group.master.conn().hlen::<_, i64>(name).unwrap(), 1);
     for s in &standalone {
         assert_eq!(s.conn().hlen::<_, i64>(name).unwrap(), 1);
     }
-    let _: i64 = redis::cmd("WAIT")
-        .arg(2)
-        .arg(2000)
-        .query(&mut group.master.conn())
-        .unwrap();
-
-    let old = group.master.port();
-    group.master.kill();
-    let new = group.wait_for_failover(old, Duration::from_secs(30));
-    let mut nm = group.server_on(new).conn();
+    let mut nm = group.kill_synced_master();
     // That master's client followed the promotion: its watchdog renews the hash there.
     wait_for_renewal(&mut nm, name, Duration::from_secs(20));
     assert!(!guard.is_lost());

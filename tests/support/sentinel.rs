@@ -142,6 +142,22 @@ impl SentinelGroup {
             .unwrap_or_else(|| panic!("no server of the group on port {port}"))
     }
 
+    /// Waits until both replicas have every write made so far on the master (`WAIT 2`), kills
+    /// the master, waits for the sentinels' failover and returns a connection to the promoted
+    /// replica.
+    pub fn kill_synced_master(&mut self) -> redis::Connection {
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(2)
+            .arg(2000)
+            .query(&mut self.master.conn())
+            .unwrap();
+        assert_eq!(acked, 2, "the replicas did not catch up before the kill");
+        let old = self.master.port();
+        self.master.kill();
+        let new = self.wait_for_failover(old, Duration::from_secs(30));
+        self.server_on(new).conn()
+    }
+
     /// Waits until a majority of the sentinels (of all of them, answering or not) report the
     /// same master port other than `old_port`, and that server says `role:master`; returns
     /// the new port. Panics with every sentinel's view and log tail at the deadline.
