@@ -107,6 +107,9 @@ pub(crate) struct Held {
     pub(crate) watchdog: bool,
     /// The lease (ms) re-applied when a hold is released and others remain.
     pub(crate) lease_ms: AtomicI64,
+    /// The local validity deadline (see [`LockGuard::valid_until`]), as nanoseconds after
+    /// [`clock_base`]; set at every grant and successful renewal.
+    validity: AtomicU64,
     /// Local guards alive. Only changed under the client's hold-registry lock.
     holds: AtomicU64,
     /// Set when the last local hold is released: from then on the watchdog never renews it and
@@ -135,6 +138,18 @@ impl Held {
         self.holds.load(Ordering::Relaxed)
     }
 
+    /// Records a new local validity deadline.
+    pub(crate) fn set_valid_until(&self, at: Instant) {
+        let nanos = at.saturating_duration_since(clock_base()).as_nanos();
+        self.validity
+            .store(nanos.min(u64::MAX as u128) as u64, Ordering::Release);
+    }
+
+    /// The local validity deadline.
+    pub(crate) fn valid_until(&self) -> Instant {
+        clock_base() + std::time::Duration::from_nanos(self.validity.load(Ordering::Acquire))
+    }
+
     /// Marks the lock lost (first reason wins). Returns whether this call did it.
     pub(crate) fn mark_lost(&self, reason: LostReason) -> bool {
         let first = self
@@ -149,6 +164,18 @@ impl Held {
         }
         first
     }
+}
+
+/// A fixed point of the monotonic clock that validity deadlines are stored relative to.
+fn clock_base() -> Instant {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+/// The validity deadline of a grant or renewal sent at `sent` with a lease of `lease_ms`.
+pub(crate) fn validity_deadline(sent: Instant, lease_ms: i64) -> Instant {
+    let lease = std::time::Duration::from_millis(lease_ms.max(0) as u64);
+    sent + lease.saturating_sub(crate::timer::drift(lease))
 }
 
 /// The client's registry of holds, keyed by (kind, name, field).
@@ -186,6 +213,7 @@ impl Holds {
             if held.lost_reason().is_none() && !held.is_released() {
                 held.holds.fetch_add(1, Ordering::Relaxed);
                 held.lease_ms.store(lease_ms, Ordering::Relaxed);
+                held.set_valid_until(validity_deadline(sent, lease_ms));
                 inner.driver.send_lazy(Work::Acquired {
                     held: held.clone(),
                     sent,
@@ -201,11 +229,13 @@ impl Holds {
             field: field.clone(),
             watchdog,
             lease_ms: AtomicI64::new(lease_ms),
+            validity: AtomicU64::new(0),
             holds: AtomicU64::new(1),
             released: AtomicBool::new(false),
             lost: AtomicU8::new(0),
             lost_notify: Notify::new(),
         });
+        held.set_valid_until(validity_deadline(sent, lease_ms));
         map.insert(key, Arc::downgrade(&held));
         inner.driver.send_lazy(Work::Acquired {
             held: held.clone(),
@@ -318,6 +348,15 @@ impl LockGuard {
     /// The fencing token of this acquisition, when the handle was [`fenced`](crate::FairLock::fenced).
     pub fn fencing_token(&self) -> Option<u64> {
         self.token
+    }
+
+    /// The local validity deadline: the send time (on this process's monotonic clock) of the last
+    /// acquisition or watchdog renewal that succeeded, plus its lease, minus a drift margin of
+    /// 1 % + 2 ms. Until then no other client can take the lock (barring a failover that lost it);
+    /// from then on it may. [`lost`](Self::lost) resolves at this deadline at the latest while
+    /// renewals cannot extend it. Work that must finish under the lock can be bounded by it.
+    pub fn valid_until(&self) -> Instant {
+        self.held.valid_until()
     }
 
     /// Whether the lock is known to be lost (cheap, no I/O). See [`lost`](Self::lost).

@@ -121,6 +121,44 @@ async fn a_fixed_lease_is_never_renewed_and_reports_lease_expired() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valid_until_is_the_lease_after_the_send_and_moves_with_renewals() {
+    let server = RedisServer::start();
+    let c = fast_client(
+        &server.url(),
+        Duration::from_millis(600),
+        Duration::from_secs(5),
+    )
+    .await;
+    let before = Instant::now();
+    let leased = c
+        .fair_lock("valid-leased")
+        .lock_with_lease(Duration::from_millis(1000))
+        .await
+        .unwrap();
+    let after = Instant::now();
+    // Sent between `before` and `after`; lease 1000 ms minus the drift margin (10 ms + 2 ms).
+    let margin = Duration::from_millis(12);
+    assert!(leased.valid_until() >= before + Duration::from_millis(1000) - margin);
+    assert!(leased.valid_until() <= after + Duration::from_millis(1000) - margin);
+
+    let watched = c.fair_lock("valid-watched").lock().await.unwrap();
+    let first = watched.valid_until();
+    assert!(first <= Instant::now() + Duration::from_millis(600));
+    // The first renewal is due within 1.5 renewal periods (300 ms): validity moves on with it.
+    support::wait_until_async(
+        Duration::from_secs(3),
+        "a renewal moves valid_until",
+        || {
+            let moved = watched.valid_until() > first;
+            async move { moved }
+        },
+    )
+    .await;
+    assert!(watched.valid_until() <= Instant::now() + Duration::from_millis(600));
+    assert!(!watched.is_lost());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_key_fires_lost_within_one_renewal_period() {
     let server = RedisServer::start();
     let mut raw = server.conn();

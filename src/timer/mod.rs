@@ -562,10 +562,9 @@ impl Driver {
                     if let Some(h) = old {
                         self.wheel.cancel(h);
                     }
-                    let validity = self.schedule(
-                        sent + self.watchdog - drift(self.watchdog),
-                        Timer::Validity(id),
-                    );
+                    let valid_until = sent + self.watchdog - drift(self.watchdog);
+                    held.set_valid_until(valid_until);
+                    let validity = self.schedule(valid_until, Timer::Validity(id));
                     if let Some(entry) = self.helds.get_mut(&id) {
                         entry.validity = Some(validity);
                     }
