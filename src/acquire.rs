@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::client::Inner;
-use crate::config::{ReplicaSync, SyncFailure};
+use crate::driver::{AttemptFuture, WaiterBeat, Work};
 use crate::error::{duration_ms, Error, Result};
 use crate::guard::LockGuard;
-use crate::ops::{self, AcquireArgs, Attempt, Kind, LockSpec, Mode};
+use crate::keys::{Kind, LockSpec};
+use crate::ops::{self, AcquireArgs, Attempt, Mode};
 use crate::subscriber::Subscription;
-use crate::timer::{AttemptFuture, WaiterBeat, Work};
 
 /// What one lock call asks for.
 #[derive(Debug, Clone, Copy)]
@@ -264,7 +264,7 @@ impl Waiter {
             };
             match (attempt, sync) {
                 (Attempt::Acquired { .. }, Some(sync)) => {
-                    synced(&mut conn, &args, attempt, sync, timeout).await
+                    crate::replica::synced(&mut conn, &args, attempt, sync, timeout).await
                 }
                 _ => Ok(attempt),
             }
@@ -300,7 +300,7 @@ impl Waiter {
             return Err(error);
         }
         outage.retries = outage.retries.saturating_add(1);
-        let pause = ops::retry_backoff(outage.retries).min(limit - now);
+        let pause = crate::retry::retry_backoff(outage.retries).min(limit - now);
         tracing::warn!(error = ?error, retry_in = ?pause, "transient redis error while acquiring");
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
@@ -342,62 +342,6 @@ impl Waiter {
         }
         Ok(())
     }
-}
-
-/// Replica sync after a grant (see `Builder::replica_sync`): waits for a replica to acknowledge
-/// the hold just taken. When none does, the hold is released again and the configured reaction
-/// decides: an error, or a `Waiting` outcome so the caller tries again. Runs inside the attempt's
-/// future, so a caller that stops waiting meanwhile leaves the outcome to the driver like any other.
-async fn synced(
-    conn: &mut crate::conn::Conn,
-    args: &AcquireArgs,
-    granted: Attempt,
-    sync: ReplicaSync,
-    command_timeout: Duration,
-) -> Result<Attempt> {
-    let slot = crate::keys::slot(args.spec.name());
-    let counted = async {
-        let replicas = ops::connected_replicas(conn, slot).await?;
-        if replicas == 0 {
-            return Ok((0, 0));
-        }
-        let acked =
-            ops::wait_replicas(conn, slot, replicas, sync.timeout.as_millis() as i64).await?;
-        Ok::<_, Error>((replicas, acked))
-    }
-    .await;
-    let outcome = match counted {
-        Ok((0, _)) => return Ok(granted),
-        Ok((_, acked)) if acked > 0 => return Ok(granted),
-        Ok((replicas, _)) => {
-            tracing::warn!(replicas, timeout = ?sync.timeout, "no replica acknowledged the lock; releasing it");
-            match sync.on_failure {
-                SyncFailure::Error => Err(Error::ReplicasNotSynced {
-                    replicas,
-                    timeout: sync.timeout,
-                }),
-                // Try again shortly: the replicas may catch up.
-                SyncFailure::Retry => Ok(Attempt::Waiting { hint_ms: 10 }),
-            }
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "replica sync failed after a grant; releasing it");
-            Err(e)
-        }
-    };
-    // Unsynced, or its sync unknown: the grant is given back before the outcome is reported, so
-    // a retry does not pile a second hold on it. (If the release cannot get through either, its
-    // error is the one reported; a lost reply marks the call unsure, and the next attempt checks
-    // for the grant first.)
-    ops::release(
-        conn,
-        &args.spec,
-        &args.field,
-        args.lease_ms,
-        command_timeout,
-    )
-    .await?;
-    outcome
 }
 
 impl Drop for Waiter {

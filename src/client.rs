@@ -6,14 +6,14 @@ use std::sync::Arc;
 use tokio::sync::{oneshot, watch};
 use uuid::Uuid;
 
-use crate::config::{Builder, Config, Topology};
+use crate::config::{Builder, Config};
 use crate::conn::Conn;
+use crate::driver::{DriverHandle, Work};
 use crate::error::{Error, Result};
 use crate::fair::FairLock;
 use crate::guard::{unlock_hold, Holds, LostReason};
 use crate::lock::Lock;
 use crate::subscriber::Subscriber;
-use crate::timer::{DriverHandle, Work};
 
 /// A connection to Redis for taking locks. Cheap to clone; every clone shares the same
 /// connections and background tasks.
@@ -99,33 +99,8 @@ impl Client {
     }
 
     pub(crate) async fn start(config: Config) -> Result<Client> {
-        let (conn, cluster_pubsub) = Conn::connect(&config).await?;
-        let subscriber = match (&config.topology, &conn, cluster_pubsub) {
-            (Topology::Standalone(url), _, _) => Subscriber::start(
-                redis::Client::open(url.as_str())?,
-                config.connect_timeout,
-                config.command_timeout,
-            ),
-            (Topology::Sentinel { .. }, Conn::Sentinel(master), _) => Subscriber::start_sentinel(
-                master.clone(),
-                config.connect_timeout,
-                config.command_timeout,
-            ),
-            (Topology::Cluster { .. }, Conn::Cluster { sharded, .. }, Some(pubsub)) => {
-                Subscriber::start_cluster(
-                    pubsub.conn,
-                    *sharded,
-                    pubsub.pushes,
-                    config.connect_timeout,
-                    config.command_timeout,
-                )
-            }
-            _ => {
-                return Err(Error::UnexpectedReply(
-                    "the connection does not match the configured topology".into(),
-                ))
-            }
-        };
+        let (conn, link) = Conn::connect(&config).await?;
+        let subscriber = Subscriber::start(link, config.connect_timeout, config.command_timeout);
         let driver = DriverHandle::start(conn.clone(), &config);
         let id = Uuid::new_v4();
         check_eviction_policy(&mut conn.clone()).await;
@@ -193,6 +168,21 @@ impl Client {
         self.inner.driver.send(Work::Shutdown(tx));
         let _ = rx.await;
         tracing::debug!(client = %self.inner.id, "fairlock client shut down");
+    }
+}
+
+impl Builder {
+    /// Validates the settings, connects, and starts the client's background tasks.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad setting (before any I/O), [`Error::Redis`] when Redis
+    /// cannot be reached within the connect timeout.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future before it completes leaves nothing running.
+    pub async fn build(self) -> Result<Client> {
+        let config = self.validate()?;
+        Client::start(config).await
     }
 }
 

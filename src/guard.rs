@@ -9,9 +9,10 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 use crate::client::Inner;
+use crate::driver::{Handoff, Work};
 use crate::error::{Error, Result};
-use crate::ops::{self, LockSpec, Unlocked};
-use crate::timer::{Handoff, Work};
+use crate::keys::LockSpec;
+use crate::ops::Unlocked;
 
 /// Why a held lock can no longer be trusted. See [`LockGuard::lost`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -175,7 +176,7 @@ fn clock_base() -> Instant {
 /// The validity deadline of a grant or renewal sent at `sent` with a lease of `lease_ms`.
 pub(crate) fn validity_deadline(sent: Instant, lease_ms: i64) -> Instant {
     let lease = std::time::Duration::from_millis(lease_ms.max(0) as u64);
-    sent + lease.saturating_sub(crate::timer::drift(lease))
+    sent + lease.saturating_sub(crate::driver::drift(lease))
 }
 
 /// The client's registry of holds, keyed by (kind, name, field).
@@ -433,7 +434,8 @@ pub(crate) async fn unlock_hold(held: &Held) -> Result<Unlocked> {
     let mut conn = held.inner.conn.clone();
     let lease_ms = held.lease_ms.load(Ordering::Relaxed);
     let timeout = held.inner.config.command_timeout;
-    let outcome = ops::release(&mut conn, &held.spec, &held.field, lease_ms, timeout).await;
+    let outcome =
+        crate::retry::release(&mut conn, &held.spec, &held.field, lease_ms, timeout).await;
     match &outcome {
         Ok(o) => {
             tracing::debug!(lock = held.name(), field = &*held.field, outcome = ?o, "unlocked")

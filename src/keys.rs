@@ -1,4 +1,8 @@
-//! Redis key and channel names of one lock (PROTOCOL 1), and the name checks behind them.
+//! What a lock is on the wire: its kind, every Redis key and channel name derived from its name
+//! (PROTOCOL 1), the name checks behind them, and the cluster slot they all share. Pure data: no
+//! I/O here.
+
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
@@ -149,6 +153,44 @@ pub(crate) fn validate(name: &str, cluster: bool) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Which Redisson layout a lock uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// `RFairLock`: owner hash plus waiter queue and deadline zset.
+    Fair,
+    /// `RLock`: owner hash only; waiters listen on the shared release channel.
+    NonFair,
+}
+
+/// What a handle needs to talk about one lock: its kind and every derived name.
+#[derive(Debug)]
+pub(crate) struct LockSpec {
+    pub(crate) kind: Kind,
+    pub(crate) keys: LockKeys,
+}
+
+impl LockSpec {
+    pub(crate) fn new(kind: Kind, name: &str) -> Arc<Self> {
+        Arc::new(LockSpec {
+            kind,
+            keys: LockKeys::new(name),
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        self.keys.name()
+    }
+
+    /// The channel a waiter of this lock listens on: its own per-waiter channel for a fair lock,
+    /// the shared release channel for a non-fair one.
+    pub(crate) fn wake_channel(&self, field: &str) -> String {
+        match self.kind {
+            Kind::Fair => self.keys.waiter_channel(field),
+            Kind::NonFair => self.keys.channel().to_owned(),
+        }
+    }
 }
 
 #[cfg(test)]

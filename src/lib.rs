@@ -69,9 +69,11 @@
 )]
 
 mod acquire;
+mod batch;
 mod client;
 mod config;
 mod conn;
+mod driver;
 mod error;
 mod fair;
 mod guard;
@@ -81,15 +83,17 @@ mod keys;
 mod lock;
 mod ops;
 mod redlock;
+mod replica;
+mod retry;
 mod scripts;
 mod sentinel;
 mod state;
 mod subscriber;
-mod timer;
+mod util;
 
 pub use client::Client;
 pub use config::{
-    Builder, PubSubMode, SyncFailure, Topology, DEFAULT_BATCH_SIZE, DEFAULT_COMMAND_TIMEOUT,
+    Builder, PubSubMode, SyncFailure, DEFAULT_BATCH_SIZE, DEFAULT_COMMAND_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMER_SLOTS, DEFAULT_TIMER_TICK, DEFAULT_WAITER_LIVENESS,
     DEFAULT_WATCHDOG_TIMEOUT,
 };

@@ -2,7 +2,13 @@
 
 use std::time::Duration;
 
-use crate::ops::RawState;
+/// What `state.lua` returns, before decoding.
+pub(crate) struct RawState {
+    pub(crate) now_ms: i64,
+    pub(crate) pttl_ms: i64,
+    pub(crate) owners: Vec<(String, i64)>,
+    pub(crate) waiters: Vec<(String, i64)>,
+}
 
 /// A snapshot of one lock, read atomically.
 #[derive(Debug, Clone, PartialEq, Eq)]
