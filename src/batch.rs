@@ -57,7 +57,9 @@ pub(crate) async fn renew(
     } else {
         // One pipeline of up to `CALLS_PER_PIPELINE` calls at a time: the client's memory for a
         // renewal stays bounded however many locks are held (10,000 locks: 10 round trips). One
-        // server: after a failure the rest would only wait out timeouts too, so they fail with it.
+        // server: after a connection failure the rest would only wait out timeouts too, so they
+        // fail with it; any other failure is its own pipeline's (a key of the wrong type fails
+        // nothing: the script reports that lock alone as gone).
         let mut failed: Option<Error> = None;
         for group in groups
             .iter()
@@ -68,7 +70,9 @@ pub(crate) async fn renew(
                 None => renew_group(conn, items, group, ttl_ms, batch).await,
             };
             if let Err(e) = &reply {
-                failed.get_or_insert_with(|| e.clone());
+                if e.is_transient() {
+                    failed.get_or_insert_with(|| e.clone());
+                }
             }
             settle(group, reply);
         }
@@ -135,6 +139,7 @@ pub(crate) async fn heartbeat(
     conn: &mut Conn,
     items: &[(&LockSpec, &str)],
     liveness_ms: i64,
+    redisson_wait_ms: i64,
     batch: usize,
 ) -> Result<Vec<Beat>> {
     let publish = conn.publish_command();
@@ -144,12 +149,15 @@ pub(crate) async fn heartbeat(
         let mut conn = conn.clone();
         let mut pipe = Pipeline::with_capacity(group.len().div_ceil(batch));
         for chunk in group.chunks(batch) {
-            let mut cmd = evalsha(&scripts::FAIR_HEARTBEAT, 3 * chunk.len());
+            let mut cmd = evalsha(&scripts::FAIR_HEARTBEAT, 4 * chunk.len());
             for &i in chunk {
                 let k = &items[i].0.keys;
-                cmd.arg(k.name()).arg(k.queue()).arg(k.deadlines());
+                cmd.arg(k.name())
+                    .arg(k.queue())
+                    .arg(k.deadlines())
+                    .arg(k.liveness());
             }
-            cmd.arg(liveness_ms).arg(publish);
+            cmd.arg(liveness_ms).arg(publish).arg(redisson_wait_ms);
             for &i in chunk {
                 cmd.arg(items[i].1).arg(items[i].0.keys.channel());
             }

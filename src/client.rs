@@ -11,8 +11,10 @@ use crate::conn::Conn;
 use crate::driver::{DriverHandle, Work};
 use crate::error::{Error, Result};
 use crate::fair::FairLock;
-use crate::guard::{unlock_hold, Holds, LostReason};
+use crate::guard::{release_logged, LostReason};
+use crate::held::Helds;
 use crate::lock::Lock;
+use crate::release::What;
 use crate::subscriber::Subscriber;
 
 /// A connection to Redis for taking locks. Cheap to clone; every clone shares the same
@@ -50,7 +52,8 @@ pub(crate) struct Inner {
     pub(crate) conn: Conn,
     pub(crate) subscriber: Subscriber,
     pub(crate) driver: DriverHandle,
-    pub(crate) holds: Holds,
+    /// Every lock and owner field this client works on (see `held.rs`).
+    pub(crate) helds: Helds,
     /// `true` once shut down; waiters watch it.
     pub(crate) closed: watch::Sender<bool>,
     /// The last owner field built: a holder taking many locks (or one lock many times) shares
@@ -111,7 +114,7 @@ impl Client {
             conn,
             subscriber,
             driver,
-            holds: Holds::default(),
+            helds: Helds::default(),
             closed: watch::Sender::new(false),
             last_field: std::sync::Mutex::new(None),
         });
@@ -143,8 +146,10 @@ impl Client {
 
     /// Shuts the client down: every pending lock call returns [`Error::Shutdown`] (leaving its
     /// queue), every held lock is released and its guards' [`lost`](crate::LockGuard::lost)
-    /// resolve with [`LostReason::Shutdown`], and the background tasks stop. Later calls return
-    /// [`Error::Shutdown`]. Calling it again does nothing.
+    /// resolve with [`LostReason::Shutdown`], and the background tasks stop. A grant that
+    /// arrives for a call still in flight is given back at once, and that call returns
+    /// [`Error::Shutdown`] too. Later calls return [`Error::Shutdown`]. Calling it again does
+    /// nothing.
     ///
     /// # Cancel safety
     /// Not cancel safe in full: the client is marked shut down at once, but if the future is
@@ -155,14 +160,12 @@ impl Client {
             return;
         }
         self.inner.subscriber.wake_all();
-        for held in self.inner.holds.all() {
-            held.mark_lost(LostReason::Shutdown);
-            let holds = held.local_holds();
-            for _ in 0..holds {
-                if unlock_hold(&held).await.is_err() {
-                    break;
-                }
-            }
+        // Each field in its own line: an operation in flight (an attempt whose grant this call
+        // may then give back itself) ends first, and what comes after finds the client closed.
+        for held in self.inner.helds.all() {
+            let turn = held.lane.enter().await;
+            let _ = release_logged(&held, &turn, What::All).await;
+            turn.with(|a| held.holds_vanished(a, LostReason::Shutdown));
         }
         let (tx, rx) = oneshot::channel();
         self.inner.driver.send(Work::Shutdown(tx));

@@ -20,6 +20,9 @@ pub const DEFAULT_TIMER_TICK: Duration = Duration::from_millis(100);
 pub const DEFAULT_TIMER_SLOTS: usize = 1024;
 /// Default number of locks renewed (or waiters refreshed) by one script call.
 pub const DEFAULT_BATCH_SIZE: usize = 100;
+/// Default bound of the wait a Redisson client passes to its fair lock: the 5 minutes its
+/// `lock()` uses (Redisson's `threadWaitTime`).
+pub const DEFAULT_REDISSON_WAIT: Duration = Duration::from_secs(300);
 
 /// Which Redis deployment the client talks to.
 #[derive(Clone, PartialEq, Eq)]
@@ -152,6 +155,7 @@ pub(crate) struct Config {
     pub(crate) timer_slots: usize,
     pub(crate) batch_size: usize,
     pub(crate) replica_sync: Option<ReplicaSync>,
+    pub(crate) redisson_wait: Duration,
 }
 
 /// Builds a [`Client`](crate::Client) with every knob explicit. Each setter documents its default.
@@ -179,6 +183,7 @@ pub struct Builder {
     timer_slots: usize,
     batch_size: usize,
     replica_sync: Option<ReplicaSync>,
+    redisson_wait: Duration,
 }
 
 impl Default for Builder {
@@ -195,6 +200,7 @@ impl Default for Builder {
             timer_slots: DEFAULT_TIMER_SLOTS,
             batch_size: DEFAULT_BATCH_SIZE,
             replica_sync: None,
+            redisson_wait: DEFAULT_REDISSON_WAIT,
         }
     }
 }
@@ -394,6 +400,23 @@ impl Builder {
         self
     }
 
+    /// The longest wait a Redisson client passes to its fair lock on the names this client
+    /// shares with it: its `lock()` uses 5 minutes, `tryLock(wait, …)` uses `wait`. Defaults to
+    /// [`DEFAULT_REDISSON_WAIT`] (5 minutes).
+    ///
+    /// Every Redisson acquisition (and every timed-out Redisson wait) moves the deadline of each
+    /// waiter behind it that much earlier, fairlock's waiters included (PROTOCOL 4). fairlock's
+    /// waiters keep one such margin in their deadline per Redisson waiter queued, so Redisson's
+    /// purge never takes a live one of ours for dead; whether one of ours is alive is judged by a
+    /// liveness mark Redisson does not touch. A Redisson client that waits longer than this on the
+    /// same fair lock can make a live fairlock waiter lose its place (it then rejoins at the
+    /// head, out of order). Nothing changes for queues without Redisson waiters.
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
+    pub fn redisson_wait(mut self, wait: Duration) -> Self {
+        self.redisson_wait = wait;
+        self
+    }
+
     /// After every successful acquisition, send `WAIT <replicas> <timeout>` so the lock write
     /// reaches the master's replicas before the caller proceeds (Redisson's replica sync). When
     /// the master has replicas and none acknowledged within `timeout`, the hold just taken is
@@ -487,6 +510,7 @@ impl Builder {
         if let Some(sync) = &self.replica_sync {
             duration_ms("replica_sync timeout", sync.timeout)?;
         }
+        duration_ms("redisson_wait", self.redisson_wait)?;
         Ok(Config {
             topology,
             master_auth: self.master_auth.clone(),
@@ -498,6 +522,7 @@ impl Builder {
             timer_slots: self.timer_slots,
             batch_size: self.batch_size,
             replica_sync: self.replica_sync,
+            redisson_wait: self.redisson_wait,
         })
     }
 }

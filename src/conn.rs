@@ -61,11 +61,11 @@ pub(crate) enum PubSubLink {
 }
 
 /// How many times redis-rs's cluster client may send a command again by itself: after `MOVED` /
-/// `ASK` (safe: the command did not run), but also after a timeout or a dropped connection, when
-/// it may have run. Its default (16) would let one call take 17 command timeouts and resend an
-/// unlock long after its latch expired; with 2, a call takes at most 3 command timeouts, and
-/// unlocks on a cluster always look their latch up (see [`Conn::may_resend`]). Longer outages are
-/// ridden out by our own retry loops, which know what is safe to repeat.
+/// `ASK` (the command did not run), but also after a timeout or a dropped connection, when it may
+/// have run. Every lock script is a compare-and-set on the holder's count, so a second run of the
+/// same call changes nothing (`held.rs`); the bound only keeps one call within 3 command
+/// timeouts (the default, 16, would allow 17). Longer outages are ridden out by our own retry
+/// loops.
 pub(crate) const CLUSTER_RETRIES: u32 = 2;
 
 impl Conn {
@@ -193,13 +193,6 @@ async fn server_major_version(conn: &mut ClusterConnection) -> Result<u32> {
 }
 
 impl Conn {
-    /// Whether the connection itself may send a command again after a timeout (redis-rs's
-    /// cluster client does), so a script can run twice for one call: unlocks then always look
-    /// their latch up.
-    pub(crate) fn may_resend(&self) -> bool {
-        matches!(self, Conn::Cluster { .. })
-    }
-
     fn send<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Standalone(c) => c.req_packed_command(cmd),

@@ -10,14 +10,14 @@ const RELEASE_CHANNEL_PREFIX: &str = "redisson_lock__channel";
 const QUEUE_PREFIX: &str = "redisson_lock_queue";
 const DEADLINES_PREFIX: &str = "redisson_lock_timeout";
 const TOKEN_PREFIX: &str = "redisson_lock_token";
-const LATCH_PREFIX: &str = "redisson_unlock_latch";
+const LIVENESS_PREFIX: &str = "fairlock_liveness";
 
 /// Every Redis name one lock uses, derived once per handle and kept back to back in one
 /// allocation (a held lock keeps its names for as long as it is held, so this stays small).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
-    /// The owner hash name, release channel, queue, deadline set, fencing counter and latch
-    /// prefix, concatenated.
+    /// The owner hash name, release channel, queue, deadline set, fencing counter and liveness
+    /// set, concatenated.
     buf: Box<str>,
     /// Where each of the six names ends in `buf`.
     ends: [u32; 6],
@@ -35,7 +35,7 @@ impl LockKeys {
             QUEUE_PREFIX,
             DEADLINES_PREFIX,
             TOKEN_PREFIX,
-            LATCH_PREFIX,
+            LIVENESS_PREFIX,
         ]
         .into_iter()
         .enumerate()
@@ -79,8 +79,8 @@ impl LockKeys {
         self.part(4)
     }
 
-    /// Prefix of the unlock latch keys: `<prefix>:<request id>`.
-    pub(crate) fn latch_prefix(&self) -> &str {
+    /// fairlock's own liveness marks of its fair waiters (sorted set; PROTOCOL 7).
+    pub(crate) fn liveness(&self) -> &str {
         self.part(5)
     }
 
@@ -205,7 +205,7 @@ mod tests {
         assert_eq!(k.queue(), "redisson_lock_queue:{orders:42}");
         assert_eq!(k.deadlines(), "redisson_lock_timeout:{orders:42}");
         assert_eq!(k.token(), "redisson_lock_token:{orders:42}");
-        assert_eq!(k.latch_prefix(), "redisson_unlock_latch:{orders:42}");
+        assert_eq!(k.liveness(), "fairlock_liveness:{orders:42}");
         assert_eq!(
             k.waiter_channel("u:7"),
             "redisson_lock__channel:{orders:42}:u:7"
@@ -270,7 +270,7 @@ mod tests {
             k.queue(),
             k.deadlines(),
             k.token(),
-            k.latch_prefix(),
+            k.liveness(),
         ] {
             assert_eq!(hash_tag(key), Some("t"));
         }

@@ -78,11 +78,14 @@ mod error;
 mod fair;
 mod guard;
 mod handle;
+mod held;
 mod holder;
 mod keys;
+mod lane;
 mod lock;
 mod ops;
 mod redlock;
+mod release;
 mod replica;
 mod retry;
 mod scripts;
@@ -94,8 +97,8 @@ mod util;
 pub use client::Client;
 pub use config::{
     Builder, PubSubMode, SyncFailure, DEFAULT_BATCH_SIZE, DEFAULT_COMMAND_TIMEOUT,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMER_SLOTS, DEFAULT_TIMER_TICK, DEFAULT_WAITER_LIVENESS,
-    DEFAULT_WATCHDOG_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_REDISSON_WAIT, DEFAULT_TIMER_SLOTS, DEFAULT_TIMER_TICK,
+    DEFAULT_WAITER_LIVENESS, DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub use error::{Error, Result};
 pub use fair::FairLock;

@@ -1,7 +1,10 @@
 //! The script-call ABI of single-lock operations: the only place that knows the keys, arguments
 //! and reply codes of each Lua script that works on one lock (`lua/*.lua`). One function, one
-//! script call, one round trip; no retries and no waiting here (see `retry.rs` and `acquire.rs`).
-//! Batched calls over many locks are in `batch.rs`.
+//! script call, one round trip; no retries, no waiting and no bookkeeping here (the caller holds
+//! the field's turn and keeps its account: `held.rs`, `release.rs`, `acquire.rs`). Batched calls
+//! over many locks are in `batch.rs`.
+//!
+//! This module must never decide anything from a reply beyond decoding it.
 
 use std::sync::Arc;
 
@@ -35,13 +38,47 @@ impl Mode {
 /// Result of one acquire attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// Taken (or re-entered); the fencing token when fencing was asked for.
-    Acquired { token: Option<u64> },
+    /// Taken or re-entered: our hold count is now `count`. `adopted`: the hold was already there
+    /// (an earlier send of the attempt, or an attempt whose reply was lost, took it), so this
+    /// attempt added nothing. `token`: the fencing counter, when fencing was asked for.
+    Acquired {
+        count: u64,
+        adopted: bool,
+        token: Option<u64>,
+    },
     /// Not taken. `hint_ms`: how long nothing will change unannounced (-1: until told).
     Waiting { hint_ms: i64 },
 }
 
-/// Result of releasing one hold.
+/// What a release script found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// Every hold is gone: the lock is free and the next waiter was told.
+    Free,
+    /// Holds remain: this many.
+    Remaining(u64),
+    /// The lock no longer existed.
+    Absent,
+    /// Somebody else holds the lock.
+    NotOwner,
+    /// Our count in Redis was not the one expected: nothing was changed; it is this.
+    Mismatch(u64),
+}
+
+/// What a release asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReleaseArgs {
+    /// The hold count we believe Redis has.
+    pub(crate) expected: u64,
+    /// How many holds to release.
+    pub(crate) by: u64,
+    /// An attempt may have added one hold we never saw: release it too when it is there.
+    pub(crate) dark: bool,
+    /// The TTL (ms) the remaining holds need; -1 leaves the TTL alone.
+    pub(crate) remaining_ttl_ms: i64,
+}
+
+/// Result of releasing one guard's hold, as the guard reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Unlocked {
     /// Last hold released; the lock is free and the next waiter was told.
@@ -50,7 +87,7 @@ pub(crate) enum Unlocked {
     StillHeld,
     /// The lock had already expired (a fair lock treats this as released, as Redisson does).
     Expired,
-    /// Somebody else holds it (or nobody, for a non-fair lock).
+    /// Somebody else holds it.
     NotOwner,
 }
 
@@ -61,28 +98,34 @@ pub(crate) struct AcquireArgs {
     pub(crate) field: Arc<str>,
     pub(crate) lease_ms: i64,
     pub(crate) liveness_ms: i64,
+    /// The longest wait a Redisson client uses (`Builder::redisson_wait`).
+    pub(crate) redisson_wait_ms: i64,
     pub(crate) mode: Mode,
     pub(crate) fenced: bool,
 }
 
-/// Runs one acquire attempt.
-pub(crate) async fn acquire(conn: &mut Conn, args: &AcquireArgs) -> Result<Attempt> {
+/// Runs one acquire attempt; `expected` is the hold count we believe Redis has for the field.
+pub(crate) async fn acquire(conn: &mut Conn, args: &AcquireArgs, expected: u64) -> Result<Attempt> {
     let keys = &args.spec.keys;
     let publish = conn.publish_command();
+    let fenced = if args.fenced { "1" } else { "0" };
     let reply: Vec<i64> = match args.spec.kind {
         Kind::Fair => {
             scripts::FAIR_ACQUIRE
                 .key(keys.name())
                 .key(keys.queue())
                 .key(keys.deadlines())
+                .key(keys.liveness())
                 .key(keys.token())
                 .arg(args.lease_ms)
                 .arg(&*args.field)
-                .arg(args.liveness_ms)
+                .arg(expected)
                 .arg(args.mode.as_arg())
-                .arg(if args.fenced { "1" } else { "0" })
+                .arg(fenced)
                 .arg(publish)
                 .arg(keys.channel())
+                .arg(args.liveness_ms)
+                .arg(args.redisson_wait_ms)
                 .invoke_async(conn)
                 .await?
         }
@@ -92,98 +135,60 @@ pub(crate) async fn acquire(conn: &mut Conn, args: &AcquireArgs) -> Result<Attem
                 .key(keys.token())
                 .arg(args.lease_ms)
                 .arg(&*args.field)
-                .arg(if args.fenced { "1" } else { "0" })
+                .arg(expected)
+                .arg(fenced)
                 .invoke_async(conn)
                 .await?
         }
     };
     match reply.as_slice() {
-        [1, token] => Ok(Attempt::Acquired {
-            token: args.fenced.then_some(*token as u64),
+        [code @ (1 | 2), count, token] if *count > 0 => Ok(Attempt::Acquired {
+            count: *count as u64,
+            adopted: *code == 2,
+            token: args.fenced.then_some((*token).max(0) as u64),
         }),
-        [0, hint] => Ok(Attempt::Waiting { hint_ms: *hint }),
+        [0, _, hint] => Ok(Attempt::Waiting { hint_ms: *hint }),
         _ => Err(Error::bad_reply("acquire", reply)),
     }
 }
 
-/// What `field` holds on the lock right now: `(hold count, fencing counter)`. When that is more
-/// than the `ours` holds the caller counts, the caller takes the extra grant up, and the lock's
-/// TTL is set to `lease_ms` again.
-pub(crate) async fn probe(
-    conn: &mut Conn,
-    spec: &LockSpec,
-    field: &str,
-    ours: u64,
-    lease_ms: i64,
-) -> Result<(u64, u64)> {
-    let keys = &spec.keys;
-    let reply: Vec<i64> = scripts::HOLD_PROBE
-        .key(keys.name())
-        .key(keys.token())
-        .arg(field)
-        .arg(ours)
-        .arg(lease_ms)
-        .invoke_async(conn)
-        .await?;
-    match reply.as_slice() {
-        [count, token] => Ok((*count.max(&0) as u64, *token.max(&0) as u64)),
-        _ => Err(Error::bad_reply("probe", reply)),
-    }
-}
-
-/// Releases one hold of `field`. `request` (32 lowercase hex) names this release: sending the same
-/// request again (a retry after a timeout) returns the first outcome instead of releasing twice.
-/// `retry` is set on every send of a request after the first: only then is the latch looked up
-/// (always, on a connection that may resend by itself: [`Conn::may_resend`]).
+/// Releases holds of `field` (see [`ReleaseArgs`]).
 pub(crate) async fn unlock(
     conn: &mut Conn,
     spec: &LockSpec,
     field: &str,
-    lease_ms: i64,
-    request: &str,
-    latch_ms: i64,
-    retry: bool,
-) -> Result<Unlocked> {
+    release: ReleaseArgs,
+) -> Result<Released> {
     let keys = &spec.keys;
     let publish = conn.publish_command();
-    let latch = format!("{}:{}", keys.latch_prefix(), request);
-    let look_up_latch = if retry || conn.may_resend() { "1" } else { "0" };
-    let code: i64 = match spec.kind {
+    let dark = if release.dark { "1" } else { "0" };
+    let mut invocation = match spec.kind {
         Kind::Fair => {
-            scripts::FAIR_UNLOCK
-                .key(keys.name())
-                .key(keys.queue())
+            let mut i = scripts::FAIR_UNLOCK.key(keys.name());
+            i.key(keys.queue())
                 .key(keys.deadlines())
-                .key(&latch)
-                .arg(lease_ms)
-                .arg(field)
-                .arg(publish)
-                .arg(keys.channel())
-                .arg(latch_ms)
-                .arg(look_up_latch)
-                .invoke_async(conn)
-                .await?
+                .key(keys.liveness());
+            i
         }
-        Kind::NonFair => {
-            scripts::LOCK_UNLOCK
-                .key(keys.name())
-                .key(&latch)
-                .arg(lease_ms)
-                .arg(field)
-                .arg(publish)
-                .arg(keys.channel())
-                .arg(latch_ms)
-                .arg(look_up_latch)
-                .invoke_async(conn)
-                .await?
-        }
+        Kind::NonFair => scripts::LOCK_UNLOCK.key(keys.name()),
     };
-    match code {
-        1 => Ok(Unlocked::Released),
-        0 => Ok(Unlocked::StillHeld),
-        2 => Ok(Unlocked::Expired),
-        -1 => Ok(Unlocked::NotOwner),
-        other => Err(Error::bad_reply("unlock", other)),
+    let reply: Vec<i64> = invocation
+        .arg(field)
+        .arg(release.expected)
+        .arg(release.by)
+        .arg(dark)
+        .arg(release.remaining_ttl_ms)
+        .arg(publish)
+        .arg(keys.channel())
+        .invoke_async(conn)
+        .await?;
+    match reply.as_slice() {
+        [1, 0] => Ok(Released::Free),
+        [0, count] if *count > 0 => Ok(Released::Remaining(*count as u64)),
+        [2, 0] => Ok(Released::Absent),
+        [-1, 0] => Ok(Released::NotOwner),
+        [3, count] if *count > 0 => Ok(Released::Mismatch(*count as u64)),
+        _ => Err(Error::bad_reply("unlock", reply)),
     }
 }
 
@@ -196,6 +201,7 @@ pub(crate) async fn give_up(conn: &mut Conn, spec: &LockSpec, field: &str) -> Re
         .key(keys.name())
         .key(keys.queue())
         .key(keys.deadlines())
+        .key(keys.liveness())
         .arg(field)
         .arg(publish)
         .arg(keys.channel())
@@ -214,6 +220,7 @@ pub(crate) async fn force_unlock(conn: &mut Conn, spec: &LockSpec) -> Result<boo
                 .key(keys.name())
                 .key(keys.queue())
                 .key(keys.deadlines())
+                .key(keys.liveness())
                 .arg(publish)
                 .arg(keys.channel())
                 .invoke_async(conn)
@@ -231,13 +238,16 @@ pub(crate) async fn force_unlock(conn: &mut Conn, spec: &LockSpec) -> Result<boo
     Ok(deleted == 1)
 }
 
+/// An atomic snapshot of the lock (see `state.lua`).
 pub(crate) async fn state(conn: &mut Conn, spec: &LockSpec) -> Result<RawState> {
     let keys = &spec.keys;
     type Pairs = Vec<(String, i64)>;
-    let (now_ms, pttl_ms, owners, waiters): (i64, i64, Pairs, Pairs) = scripts::STATE
+    type Waiters = Vec<(String, i64, i64)>;
+    let (now_ms, pttl_ms, owners, waiters): (i64, i64, Pairs, Waiters) = scripts::STATE
         .key(keys.name())
         .key(keys.queue())
         .key(keys.deadlines())
+        .key(keys.liveness())
         .invoke_async(conn)
         .await?;
     Ok(RawState {

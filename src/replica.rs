@@ -1,12 +1,10 @@
 //! Replica sync (`Builder::replica_sync`): after a grant, `WAIT` until a replica has the lock
 //! write, and give the grant back when none acknowledged.
 
-use std::time::Duration;
-
 use crate::config::{ReplicaSync, SyncFailure};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
-use crate::ops::{AcquireArgs, Attempt};
+use crate::ops::AcquireArgs;
 
 /// Connected replicas of the master of `slot` (`INFO replication`).
 pub(crate) async fn connected_replicas(conn: &mut Conn, slot: u16) -> Result<u64> {
@@ -40,16 +38,11 @@ pub(crate) async fn wait_replicas(
 }
 
 /// Replica sync after a grant (see `Builder::replica_sync`): waits for a replica to acknowledge
-/// the hold just taken. When none does, the hold is released again and the configured reaction
-/// decides: an error, or a `Waiting` outcome so the caller tries again. Runs inside the attempt's
-/// future, so a caller that stops waiting meanwhile leaves the outcome to the driver like any other.
-pub(crate) async fn synced(
-    conn: &mut Conn,
-    args: &AcquireArgs,
-    granted: Attempt,
-    sync: ReplicaSync,
-    command_timeout: Duration,
-) -> Result<Attempt> {
+/// the hold just taken. `Ok(true)`: acknowledged, or no replica to wait for. `Ok(false)`: none
+/// acknowledged and the configured reaction is to try again; `Err(ReplicasNotSynced)`: none
+/// acknowledged and the reaction is an error; any other error: the sync itself failed. In every
+/// case but `Ok(true)` the caller gives the grant back (under the field's turn it still holds).
+pub(crate) async fn synced(conn: &mut Conn, args: &AcquireArgs, sync: ReplicaSync) -> Result<bool> {
     let slot = crate::keys::slot(args.spec.name());
     let counted = async {
         let replicas = connected_replicas(conn, slot).await?;
@@ -60,9 +53,9 @@ pub(crate) async fn synced(
         Ok::<_, Error>((replicas, acked))
     }
     .await;
-    let outcome = match counted {
-        Ok((0, _)) => return Ok(granted),
-        Ok((_, acked)) if acked > 0 => return Ok(granted),
+    match counted {
+        Ok((0, _)) => Ok(true),
+        Ok((_, acked)) if acked > 0 => Ok(true),
         Ok((replicas, _)) => {
             tracing::warn!(replicas, timeout = ?sync.timeout, "no replica acknowledged the lock; releasing it");
             match sync.on_failure {
@@ -71,25 +64,12 @@ pub(crate) async fn synced(
                     timeout: sync.timeout,
                 }),
                 // Try again shortly: the replicas may catch up.
-                SyncFailure::Retry => Ok(Attempt::Waiting { hint_ms: 10 }),
+                SyncFailure::Retry => Ok(false),
             }
         }
         Err(e) => {
             tracing::warn!(error = %e, "replica sync failed after a grant; releasing it");
             Err(e)
         }
-    };
-    // Unsynced, or its sync unknown: the grant is given back before the outcome is reported, so
-    // a retry does not pile a second hold on it. (If the release cannot get through either, its
-    // error is the one reported; a lost reply marks the call unsure, and the next attempt checks
-    // for the grant first.)
-    crate::retry::release(
-        conn,
-        &args.spec,
-        &args.field,
-        args.lease_ms,
-        command_timeout,
-    )
-    .await?;
-    outcome
+    }
 }

@@ -41,6 +41,7 @@ pub(super) fn send(
     mut conn: Conn,
     waiters: Vec<Weak<WaiterBeat>>,
     liveness: Duration,
+    redisson_wait: Duration,
     batch: usize,
     tx: mpsc::UnboundedSender<Work>,
 ) {
@@ -49,9 +50,11 @@ pub(super) fn send(
         return;
     }
     let liveness_ms = liveness.as_millis() as i64;
+    let redisson_wait_ms = redisson_wait.as_millis() as i64;
     tokio::spawn(async move {
         let items: Vec<(&LockSpec, &str)> = live.iter().map(|w| (&*w.spec, &*w.field)).collect();
-        let result = batch::heartbeat(&mut conn, &items, liveness_ms, batch).await;
+        let result =
+            batch::heartbeat(&mut conn, &items, liveness_ms, redisson_wait_ms, batch).await;
         drop(items);
         let waiters = live.iter().map(Arc::downgrade).collect();
         drop(live);

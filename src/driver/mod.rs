@@ -34,14 +34,14 @@ use crate::batch::Beat;
 use crate::config::Config;
 use crate::conn::Conn;
 use crate::error::Result;
-use crate::guard::Held;
-use crate::keys::LockSpec;
+use crate::held::{FieldTurn, Held};
 use crate::ops::{AcquireArgs, Attempt};
 use watchdog::Watchdog;
 use wheel::{TimerHandle, Wheel};
 
 pub(crate) use handoff::Handoff;
 pub(crate) use heartbeat::WaiterBeat;
+pub(crate) use settle::give_up_logged;
 
 /// The drift margin subtracted from a lease before the local validity deadline: 1 % + 2 ms, as
 /// Redlock uses for clock drift between client and server.
@@ -51,36 +51,27 @@ pub(crate) fn drift(lease: Duration) -> Duration {
 
 /// Work for the driver.
 pub(crate) enum Work {
-    /// A hold was taken (fresh or reentrant), with the send time of the acquire script.
-    Acquired {
-        held: Arc<Held>,
-        sent: Instant,
-        lease_ms: i64,
-    },
-    /// The last local hold of an entry was released with `unlock()`: stop its timers.
-    Forget { id: u64 },
-    /// A guard was dropped: release one hold in the background (and forget it if it was the last).
-    Release { held: Arc<Held> },
+    /// A hold was taken on `held` (lazy): arm its validity timer, and its renewals when it is a
+    /// watchdog hold.
+    Acquired { held: Arc<Held>, watchdog: bool },
     /// A fair waiter started waiting: heartbeat it while it is alive.
     Waiter(Arc<WaiterBeat>),
-    /// A fair waiter stopped waiting without cleaning up itself.
-    GiveUp {
-        spec: Arc<LockSpec>,
-        field: Arc<str>,
-    },
     /// A waiting future was dropped while an acquire attempt was in flight: settle its outcome
-    /// (release what it took, or leave the queue).
+    /// (release what it took, or leave the queue), with the field's turn the attempt holds.
     Abandoned {
         attempt: AttemptFuture,
+        held: Arc<Held>,
         args: AcquireArgs,
     },
-    /// A caller stopped awaiting an operation that must still run to its end: finish it.
+    /// An operation that must run to its end though nobody awaits it: a dropped guard's release,
+    /// a cancelled wait's give-up (each holding its field's turn), or the rest of an operation
+    /// whose caller left.
     Finish(Pin<Box<dyn Future<Output = ()> + Send>>),
     /// Lazy work is waiting and the driver was idle: look at it.
     Wake,
-    /// Renewal replies for the listed entries (sent at `sent`).
+    /// Renewal replies for the listed entries (sent at `sent`, covering grants up to `grants`).
     Renewed {
-        ids: Vec<u64>,
+        ids: Vec<(u64, u64)>,
         sent: Instant,
         results: Vec<Result<bool>>,
     },
@@ -97,10 +88,7 @@ impl std::fmt::Debug for Work {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = match self {
             Work::Acquired { .. } => "Acquired",
-            Work::Forget { .. } => "Forget",
-            Work::Release { .. } => "Release",
             Work::Waiter(_) => "Waiter",
-            Work::GiveUp { .. } => "GiveUp",
             Work::Abandoned { .. } => "Abandoned",
             Work::Finish(_) => "Finish",
             Work::Wake => "Wake",
@@ -112,9 +100,9 @@ impl std::fmt::Debug for Work {
     }
 }
 
-/// An acquire attempt in flight: polled by the caller's future, handed to the driver if the
-/// caller stops waiting before it completes.
-pub(crate) type AttemptFuture = Pin<Box<dyn Future<Output = Result<Attempt>> + Send>>;
+/// An acquire attempt in flight with its field's turn: polled by the caller's future, handed to
+/// the driver if the caller stops waiting before it completes.
+pub(crate) type AttemptFuture = Pin<Box<dyn Future<Output = (Result<Attempt>, FieldTurn)> + Send>>;
 
 /// Work that may wait for the driver's next tick: registering and forgetting held entries. The
 /// first renewal or validity deadline of an entry is at least a third of a lease away, and both
@@ -143,8 +131,8 @@ impl DriverHandle {
         let driver = Driver {
             conn,
             liveness: config.waiter_liveness,
+            redisson_wait: config.redisson_wait,
             batch: config.batch_size,
-            command_timeout: config.command_timeout,
             rx,
             self_tx: tx.downgrade(),
             lazy: lazy.clone(),
@@ -245,8 +233,8 @@ impl Timers {
 struct Driver {
     conn: Conn,
     liveness: Duration,
+    redisson_wait: Duration,
     batch: usize,
-    command_timeout: Duration,
     rx: mpsc::UnboundedReceiver<Work>,
     self_tx: mpsc::WeakUnboundedSender<Work>,
     lazy: Arc<Mutex<LazyInbox>>,
@@ -307,19 +295,8 @@ impl Driver {
 
     fn handle(&mut self, work: Work) {
         match work {
-            Work::Acquired {
-                held,
-                sent,
-                lease_ms,
-            } => self
-                .watchdog
-                .on_acquired(&mut self.timers, &held, sent, lease_ms),
-            Work::Forget { id } => self.watchdog.forget(&mut self.timers, id),
-            Work::Release { held } => {
-                if held.is_released() {
-                    self.watchdog.forget(&mut self.timers, held.id);
-                }
-                settle::release_in_background(held);
+            Work::Acquired { held, watchdog } => {
+                self.watchdog.on_acquired(&mut self.timers, &held, watchdog)
             }
             Work::Waiter(waiter) => {
                 let at = self
@@ -328,17 +305,11 @@ impl Driver {
                 self.timers
                     .schedule(at, Timer::Heartbeat(Arc::downgrade(&waiter)));
             }
-            Work::GiveUp { spec, field } => {
-                settle::give_up_in_background(self.conn.clone(), spec, field);
-            }
-            Work::Abandoned { attempt, args } => {
-                settle::abandoned_in_background(
-                    self.conn.clone(),
-                    attempt,
-                    args,
-                    self.command_timeout,
-                );
-            }
+            Work::Abandoned {
+                attempt,
+                held,
+                args,
+            } => settle::abandoned_in_background(attempt, held, args),
             Work::Finish(fut) => {
                 tokio::spawn(fut);
             }
@@ -371,7 +342,7 @@ impl Driver {
                     self.watchdog
                         .renewal_due(&mut self.timers, id, now, &mut renew_ids)
                 }
-                Timer::Validity(id) => self.watchdog.validity_due(&mut self.timers, id),
+                Timer::Validity(id) => self.watchdog.validity_due(&mut self.timers, id, now),
                 Timer::Heartbeat(weak) => {
                     if weak.strong_count() > 0 {
                         let at = self.timers.next_grid(now, heartbeat::period(self.liveness));
@@ -386,7 +357,14 @@ impl Driver {
         }
         if !beats.is_empty() {
             if let Some(tx) = self.self_tx.upgrade() {
-                heartbeat::send(self.conn.clone(), beats, self.liveness, self.batch, tx);
+                heartbeat::send(
+                    self.conn.clone(),
+                    beats,
+                    self.liveness,
+                    self.redisson_wait,
+                    self.batch,
+                    tx,
+                );
             }
         }
     }

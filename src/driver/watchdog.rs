@@ -1,18 +1,20 @@
 //! The watchdog: renewals and validity deadlines of held locks.
 //!
-//! * Locks taken without a lease are renewed every `watchdog_timeout / 3`, on a grid shared by
+//! * A lock with a live watchdog hold is renewed every `watchdog_timeout / 3`, on a grid shared by
 //!   every lock of the client, so all renewals due in one tick go out together (`batch.rs`). A
 //!   renewal that comes due while the lock's previous one is still in flight is not sent beside
 //!   it, but if that one then fails it goes out at once rather than a period later (a server
 //!   stalled for longer than the command timeout, e.g. writes paused by a manual failover, must not
 //!   cost a lock whose lease has time left).
-//! * Every held lock has a local validity deadline (send time of the last successful acquire or
-//!   renewal + lease − drift), at which the holder is told the lock is lost even if renewals stall.
-//! * A renewal that finds the lock gone, or two failing in a row, tell the holder at once.
+//! * Every held lock has a validity deadline (see `held.rs`); a timer at it marks the guards lost
+//!   for the log and for everyone who only polls (guards also see it lazily, exactly on time).
+//! * A renewal that finds the lock gone, or two failing in a row, tell the holder at once, and
+//!   renewals of that lock stop (its holds expire with their TTL) until it is taken again.
 //!
-//! It must never renew an entry whose last local hold was released (the hold registry marks it
-//! released before the unlock is even sent), and never stop renewing silently: every way out of
-//! the renewal cycle either follows a release or marks the lock lost.
+//! It must never renew a lock none of whose holds is a live watchdog hold, never let a renewal
+//! reply speak for a grant made after the renewal was sent, and never stop renewing silently:
+//! every way out of the renewal cycle either follows the last watchdog hold's release or marks the
+//! lock lost.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -21,17 +23,17 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::wheel::TimerHandle;
-use super::{drift, Timer, Timers, Work};
+use super::{Timer, Timers, Work};
 use crate::batch;
 use crate::conn::Conn;
 use crate::error::Result;
-use crate::guard::{Held, LostReason};
+use crate::guard::LostReason;
+use crate::held::Held;
 
-/// The driver's view of one held entry.
+/// The driver's view of one held lock and owner field.
 #[derive(Debug)]
 struct HeldEntry {
     held: Weak<Held>,
-    watchdog: bool,
     renew: Option<TimerHandle>,
     validity: Option<TimerHandle>,
     failures: u8,
@@ -42,7 +44,7 @@ struct HeldEntry {
     missed: bool,
 }
 
-/// Every held entry the driver tracks, by id.
+/// Every held lock the driver tracks, by id.
 pub(super) struct Watchdog {
     helds: HashMap<u64, HeldEntry>,
     /// The lease watchdog locks are renewed to.
@@ -57,31 +59,12 @@ impl Watchdog {
         }
     }
 
-    fn period(&self) -> Duration {
-        self.timeout / 3
-    }
-
-    /// A hold was taken at `sent` with `lease_ms`: (re)arm its validity deadline, and its renewal
-    /// when it is a watchdog lock.
-    pub(super) fn on_acquired(
-        &mut self,
-        timers: &mut Timers,
-        held: &Arc<Held>,
-        sent: Instant,
-        lease_ms: i64,
-    ) {
-        if held.is_released() || held.lost_reason().is_some() {
-            // Released (or lost) before this lazy registration was looked at.
-            self.forget(timers, held.id);
-            return;
-        }
-        let lease = Duration::from_millis(lease_ms as u64);
-        let validity_at = sent + lease.saturating_sub(drift(lease));
-        let renew_at = timers.next_grid(Instant::now(), self.period());
+    /// A hold was taken on `held`: (re)arm its validity timer, and its renewals when it is a
+    /// watchdog hold.
+    pub(super) fn on_acquired(&mut self, timers: &mut Timers, held: &Arc<Held>, watchdog: bool) {
         let id = held.id;
         let entry = self.helds.entry(id).or_insert_with(|| HeldEntry {
             held: Arc::downgrade(held),
-            watchdog: held.watchdog,
             renew: None,
             validity: None,
             failures: 0,
@@ -91,14 +74,22 @@ impl Watchdog {
         if let Some(h) = entry.validity.take() {
             timers.cancel(h);
         }
-        entry.validity = Some(timers.schedule(validity_at, Timer::Validity(id)));
-        if entry.watchdog && entry.renew.is_none() {
-            entry.renew = Some(timers.schedule(renew_at, Timer::Renew(id)));
+        entry.validity = held
+            .valid_until()
+            .map(|at| timers.schedule(at, Timer::Validity(id)));
+        if watchdog && entry.renew.is_none() {
+            let at = timers.next_grid(Instant::now(), self.timeout / 3);
+            entry.renew = Some(timers.schedule(at, Timer::Renew(id)));
+            entry.failures = 0;
+        }
+        if entry.validity.is_none() && entry.renew.is_none() {
+            // Released before this lazy registration was looked at.
+            self.forget(timers, id);
         }
     }
 
     /// Stops every timer of an entry.
-    pub(super) fn forget(&mut self, timers: &mut Timers, id: u64) {
+    fn forget(&mut self, timers: &mut Timers, id: u64) {
         if let Some(entry) = self.helds.remove(&id) {
             for h in [entry.renew, entry.validity].into_iter().flatten() {
                 timers.cancel(h);
@@ -106,8 +97,22 @@ impl Watchdog {
         }
     }
 
+    /// Stops renewing an entry (its validity timer stays, if any).
+    fn stop_renewing(&mut self, timers: &mut Timers, id: u64) {
+        let Some(entry) = self.helds.get_mut(&id) else {
+            return;
+        };
+        if let Some(h) = entry.renew.take() {
+            timers.cancel(h);
+        }
+        if entry.validity.is_none() && !entry.in_flight {
+            self.forget(timers, id);
+        }
+    }
+
     /// A renewal timer fired: schedule the next one and, unless one is still in flight, put the
-    /// entry in this tick's batch (`out`).
+    /// entry in this tick's batch (`out`). A lock without a live watchdog hold, or whose validity
+    /// already lapsed, is not renewed any more.
     pub(super) fn renewal_due(
         &mut self,
         timers: &mut Timers,
@@ -119,12 +124,11 @@ impl Watchdog {
             return;
         };
         entry.renew = None;
-        let live = entry
-            .held
-            .upgrade()
-            .is_some_and(|h| !h.is_released() && h.lost_reason().is_none());
-        if !live {
-            self.forget(timers, id);
+        let renew = entry.held.upgrade().is_some_and(|held| {
+            held.lane.with(|a| a.watchdog_guards > 0) && held.valid_until().is_some_and(|v| v > now)
+        });
+        if !renew {
+            self.stop_renewing(timers, id);
             return;
         }
         if entry.in_flight {
@@ -133,26 +137,31 @@ impl Watchdog {
             entry.in_flight = true;
             out.push(id);
         }
-        entry.renew =
-            Some(timers.schedule(timers.next_grid(now, self.timeout / 3), Timer::Renew(id)));
+        let at = timers.next_grid(now, self.timeout / 3);
+        entry.renew = Some(timers.schedule(at, Timer::Renew(id)));
     }
 
-    /// A validity deadline passed without a renewal moving it: the lock may be someone else's.
-    pub(super) fn validity_due(&mut self, timers: &mut Timers, id: u64) {
+    /// A validity timer fired: let the field mark its guards lost if the deadline passed, and
+    /// follow the deadline if it moved.
+    pub(super) fn validity_due(&mut self, timers: &mut Timers, id: u64, now: Instant) {
         let Some(entry) = self.helds.get_mut(&id) else {
             return;
         };
         entry.validity = None;
-        if let Some(held) = entry.held.upgrade() {
-            if !held.is_released() {
-                held.mark_lost(if entry.watchdog {
-                    LostReason::ValidityExpired
-                } else {
-                    LostReason::LeaseExpired
-                });
+        let Some(held) = entry.held.upgrade() else {
+            self.forget(timers, id);
+            return;
+        };
+        held.lane.with(|a| held.revalidate(a));
+        match held.valid_until() {
+            Some(at) if at > now => {
+                entry.validity = Some(timers.schedule(at, Timer::Validity(id)));
+            }
+            _ => {
+                // Nothing valid any more: the holds are lost (or gone); stop renewing them.
+                self.forget(timers, id);
             }
         }
-        self.forget(timers, id);
     }
 
     /// Sends the renewals of `ids` in one batch, from a spawned task that reports back with
@@ -165,10 +174,13 @@ impl Watchdog {
         batch: usize,
         tx: mpsc::UnboundedSender<Work>,
     ) {
-        let mut items: Vec<(Arc<Held>, u64)> = Vec::with_capacity(ids.len());
+        let mut items: Vec<(Arc<Held>, u64, u64)> = Vec::with_capacity(ids.len());
         for id in ids {
             match self.helds.get(&id).and_then(|e| e.held.upgrade()) {
-                Some(h) => items.push((h, id)),
+                Some(held) => {
+                    let grants = held.lane.with(|a| a.grants);
+                    items.push((held, id, grants));
+                }
                 None => self.forget(timers, id),
             }
         }
@@ -176,11 +188,13 @@ impl Watchdog {
         tracing::debug!(locks = items.len(), "renewing");
         tokio::spawn(async move {
             let sent = Instant::now();
-            let pairs: Vec<(&str, &str)> =
-                items.iter().map(|(h, _)| (h.name(), &*h.field)).collect();
+            let pairs: Vec<(&str, &str)> = items
+                .iter()
+                .map(|(h, _, _)| (h.name(), &*h.field))
+                .collect();
             let results = batch::renew(&mut conn, &pairs, ttl_ms, batch).await;
             drop(pairs);
-            let ids = items.iter().map(|(_, id)| *id).collect();
+            let ids = items.iter().map(|(_, id, grants)| (*id, *grants)).collect();
             drop(items);
             let _ = tx.send(Work::Renewed { ids, sent, results });
         });
@@ -191,52 +205,51 @@ impl Watchdog {
     pub(super) fn on_renewed(
         &mut self,
         timers: &mut Timers,
-        ids: Vec<u64>,
+        ids: Vec<(u64, u64)>,
         sent: Instant,
         results: Vec<Result<bool>>,
     ) -> Vec<u64> {
         let mut retry = Vec::new();
         let mut failed = 0usize;
         let mut first_error = None;
-        for (id, result) in ids.into_iter().zip(results) {
+        for ((id, grants), result) in ids.into_iter().zip(results) {
             let Some(entry) = self.helds.get_mut(&id) else {
                 continue;
             };
             entry.in_flight = false;
             let missed = std::mem::take(&mut entry.missed);
-            let held = match entry.held.upgrade() {
-                // Released while the renewal was in flight: its reply means nothing.
-                Some(held) if !held.is_released() => held,
-                _ => {
-                    self.forget(timers, id);
-                    continue;
-                }
+            let Some(held) = entry.held.upgrade() else {
+                self.forget(timers, id);
+                continue;
             };
             match result {
                 Ok(true) => {
                     entry.failures = 0;
+                    held.renewed(sent, self.timeout);
                     if let Some(h) = entry.validity.take() {
                         timers.cancel(h);
                     }
-                    let valid_until = sent + self.timeout - drift(self.timeout);
-                    held.set_valid_until(valid_until);
-                    entry.validity = Some(timers.schedule(valid_until, Timer::Validity(id)));
+                    entry.validity = held
+                        .valid_until()
+                        .map(|at| timers.schedule(at, Timer::Validity(id)));
                     tracing::trace!(lock = held.name(), "renewed");
                 }
                 Ok(false) => {
-                    held.mark_lost(LostReason::Gone);
-                    self.forget(timers, id);
+                    // Our field was gone when the renewal ran. A grant since then made a new
+                    // hold, which this reply says nothing about.
+                    if held.lane.with(|a| a.grants == grants) {
+                        held.mark_lost(LostReason::Gone);
+                        self.stop_renewing(timers, id);
+                    }
                 }
                 Err(e) => {
                     failed += 1;
                     first_error.get_or_insert(e);
                     entry.failures = entry.failures.saturating_add(1);
                     if entry.failures >= 2 {
-                        if held.lost_reason().is_none() {
-                            held.mark_lost(LostReason::RenewalFailed);
-                        }
-                        self.forget(timers, id);
-                    } else if missed && held.lost_reason().is_none() {
+                        held.mark_lost(LostReason::RenewalFailed);
+                        self.stop_renewing(timers, id);
+                    } else if missed {
                         entry.in_flight = true;
                         retry.push(id);
                     }
@@ -249,12 +262,8 @@ impl Watchdog {
         retry
     }
 
-    /// The client shuts down: every held entry is lost.
+    /// The client shut down: forget every entry (shutdown marked their guards lost).
     pub(super) fn shutdown(&mut self) {
-        for (_, entry) in self.helds.drain() {
-            if let Some(held) = entry.held.upgrade() {
-                held.mark_lost(LostReason::Shutdown);
-            }
-        }
+        self.helds.clear();
     }
 }
