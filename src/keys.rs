@@ -136,8 +136,10 @@ fn crc16(bytes: &[u8]) -> u16 {
     crc
 }
 
-/// Checks a lock name. `cluster` adds the rule that a name with a `{` must carry a valid hash tag:
-/// without one, the prefix rule leaves the derived keys in other slots than the name (CROSSSLOT).
+/// Checks a lock name. `cluster` adds the rule that every key derived from the name lands in
+/// the name's own slot: Redisson's prefix rule only guarantees that for names without braces, or
+/// with a proper hash tag; a name like `a{b` (no tag) or `x}y` (the brace the rule adds closes
+/// early) would spread one lock over several slots (CROSSSLOT).
 pub(crate) fn validate(name: &str, cluster: bool) -> Result<()> {
     if name.is_empty() {
         return Err(Error::InvalidName {
@@ -145,12 +147,23 @@ pub(crate) fn validate(name: &str, cluster: bool) -> Result<()> {
             reason: "a lock name must not be empty",
         });
     }
-    if cluster && name.contains('{') && hash_tag(name).is_none() {
-        return Err(Error::InvalidName {
-            name: name.to_owned(),
-            reason: "in cluster mode a name containing '{' needs a non-empty hash tag like {tag}, \
-                     or its keys would land in different slots",
-        });
+    if cluster {
+        let keys = LockKeys::new(name);
+        let home = slot(name);
+        let derived = [
+            keys.channel(),
+            keys.queue(),
+            keys.deadlines(),
+            keys.token(),
+            keys.liveness(),
+        ];
+        if derived.iter().any(|key| slot(key) != home) {
+            return Err(Error::InvalidName {
+                name: name.to_owned(),
+                reason: "in cluster mode the name's keys must share one slot: use a name without \
+                         braces, or one with a non-empty hash tag like {tag}",
+            });
+        }
     }
     Ok(())
 }
@@ -260,6 +273,13 @@ mod tests {
         ));
         assert!(validate("a{b}", true).is_ok());
         assert!(validate("plain", true).is_ok());
+        // No brace to open a tag, but the one the prefix rule adds closes early: "{x}y}".
+        assert!(matches!(
+            validate("x}y", true),
+            Err(Error::InvalidName { .. })
+        ));
+        assert!(validate("x}y", false).is_ok());
+        assert!(validate("{t}x}y", true).is_ok());
     }
 
     #[test]

@@ -202,10 +202,15 @@ impl Timers {
         (since.as_nanos() / self.tick.as_nanos().max(1)) as u64
     }
 
-    /// When the next tick starts, if anything is scheduled.
+    /// When the next tick starts, if anything is scheduled. (In nanoseconds since the start, so
+    /// it holds beyond 2^32 ticks: 50 days at a 1 ms tick.)
     fn next_tick(&self) -> Option<Instant> {
-        (!self.wheel.is_empty())
-            .then(|| self.start + self.tick * (self.wheel.current_tick() as u32 + 1))
+        if self.wheel.is_empty() {
+            return None;
+        }
+        let ticks = u128::from(self.wheel.current_tick()) + 1;
+        let nanos = (ticks * self.tick.as_nanos()).min(u128::from(u64::MAX));
+        Some(self.start + Duration::from_nanos(nanos as u64))
     }
 
     /// The first point of a grid of `step` (anchored at the driver's start) at or after
@@ -387,5 +392,32 @@ impl Driver {
 async fn sleep_until_opt(at: Option<Instant>) {
     if let Some(at) = at {
         tokio::time::sleep_until(at.into()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_tick_holds_beyond_two_to_the_thirty_two_ticks() {
+        let start = Instant::now();
+        let tick = Duration::from_millis(1);
+        let current = (1u64 << 32) + 5;
+        let mut timers = Timers {
+            wheel: Wheel::with_start(16, current),
+            start,
+            tick,
+        };
+        assert_eq!(timers.next_tick(), None, "nothing scheduled");
+        timers.wheel.insert(current + 10, Timer::Validity(1));
+        assert_eq!(
+            timers.next_tick(),
+            Some(start + Duration::from_millis(current + 1))
+        );
+        assert_eq!(
+            timers.tick_of(start + Duration::from_millis(current + 1)),
+            current + 1
+        );
     }
 }
