@@ -1,6 +1,9 @@
 //! Batched script calls over many locks at once: watchdog renewals and waiter heartbeats. Calls
 //! are grouped by cluster slot (a script's keys must share one), chunked to `batch` locks per
 //! call and pipelined; every lock gets its own result.
+//!
+//! It must never let one lock's trouble decide another lock's result (only a dropped connection,
+//! shared by a whole pipeline, fails every lock in it), or put keys of two slots in one call.
 
 use redis::{Cmd, Pipeline};
 

@@ -1,5 +1,8 @@
 //! The client: one command connection, one subscriber connection and one driver task, shared by
 //! every lock handle made from it.
+//!
+//! Background tasks never hold a strong reference to the client: they end when the last handle
+//! and guard are gone. Nothing here blocks or does I/O in `Drop`.
 
 use std::sync::Arc;
 

@@ -1,4 +1,7 @@
 //! The crate's one error type.
+//!
+//! It must never lose the Redis error behind a failure: it is kept as the source and shown in the
+//! message, so a log line names the cause.
 
 use std::time::Duration;
 

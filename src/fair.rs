@@ -1,5 +1,7 @@
 //! [`FairLock`]: the public face of the fair lock. The engine is in `acquire.rs`, the scripts in
 //! `lua/fair_*.lua`.
+//!
+//! No logic and no state of its own: every method delegates to the shared handle (`handle.rs`).
 
 use crate::client::Client;
 use crate::handle::Handle;

@@ -1,5 +1,8 @@
 //! What `FairLock` and `Lock` share: a named lock on a client, a holder, and every operation.
 //! The public types are thin wrappers that carry the documentation of their own semantics.
+//!
+//! Making a handle must never do I/O or fail: a name that cannot be used is reported by every
+//! operation as `Error::InvalidName`.
 
 use std::sync::Arc;
 use std::time::Duration;

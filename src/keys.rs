@@ -1,6 +1,9 @@
 //! What a lock is on the wire: its kind, every Redis key and channel name derived from its name
 //! (PROTOCOL 1), the name checks behind them, and the cluster slot they all share. Pure data: no
 //! I/O here.
+//!
+//! It must never let one lock's keys straddle cluster slots: in cluster mode `validate` refuses
+//! names whose derived keys would land elsewhere than the name.
 
 use std::sync::Arc;
 

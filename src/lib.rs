@@ -57,8 +57,9 @@
 //! # let _ = token; Ok(()) }
 //! ```
 //!
-//! The wire protocol (keys, fields, channels, messages) is Redisson's; see the repository's
-//! `README.md` for what is shared with Java clients and what fairlock does beyond it.
+//! The wire protocol (keys, fields, channels, messages) is Redisson's; the repository's
+//! `docs/PROTOCOL.md` says exactly what is shared with Java clients and what fairlock does beyond
+//! it, and `docs/ARCHITECTURE.md` how the crate is put together.
 
 #![forbid(unsafe_code)]
 #![warn(

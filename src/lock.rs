@@ -1,4 +1,6 @@
 //! [`Lock`]: the non-fair lock in Redisson's `RLock` layout.
+//!
+//! No logic and no state of its own: every method delegates to the shared handle (`handle.rs`).
 
 use crate::client::Client;
 use crate::handle::Handle;

@@ -5,6 +5,9 @@
 //! master's own [`Client`]. This module only adds the majority rule, the validity window, the
 //! retry loop and the guard that watches a majority of per-master guards. Renewal, background
 //! release, lost-lock notification and cancel safety are the per-master guards' own.
+//!
+//! It must never count one deployment twice towards the majority, or hand out a guard whose
+//! validity window has already run out.
 
 use std::future::{poll_fn, Future};
 use std::task::Poll;

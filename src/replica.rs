@@ -1,5 +1,7 @@
 //! Replica sync (`Builder::replica_sync`): after a grant, `WAIT` until a replica has the lock
 //! write, and give the grant back when none acknowledged.
+//!
+//! It must never report a grant as synced unless a replica acknowledged it (or there is none).
 
 use crate::config::{ReplicaSync, SyncFailure};
 use crate::conn::Conn;

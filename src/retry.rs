@@ -1,6 +1,7 @@
 //! The backoff policy after a transient failure (a dropped connection, a timeout, a failover in
 //! progress), shared by waiting calls and releases. What is safe to repeat is decided by the
-//! caller; this only says how long to pause.
+//! caller; this only says how long to pause. It must never sleep
+//! more than a second at a time, so callers re-check their deadlines often.
 
 use std::time::Duration;
 

@@ -1,4 +1,7 @@
 //! Inspection types: what `state()` reports about a lock, whoever holds it (Java clients too).
+//!
+//! It must never judge a fairlock waiter by its deadline in the zset (Redisson clients shift it):
+//! fairlock's waiters are judged by their liveness marks, as the scripts judge them.
 
 use std::time::Duration;
 

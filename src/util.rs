@@ -1,4 +1,5 @@
-//! Small helpers that know nothing about locks.
+//! Small helpers that know nothing about locks. They never spawn a task: whatever they run stays
+//! in the caller's task (and its holder id).
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
