@@ -17,10 +17,11 @@
 -- Reply: {1, count, token}  granted or re-entered; count = our hold count now
 --        {2, count, token}  the caller's count + 1 was already there: an earlier send of this
 --                           attempt (or one whose reply was lost) took it; taken up, not added
---        {0, 0, hint}       not granted; hint = how long (ms) the caller may sleep before the lock
---                           can change hands unannounced: the lock's PTTL when we are the head,
---                           the head's deadline when we are second, -1 when a message or a
---                           heartbeat will tell us.
+--        {0, pos, hint}     not granted; pos = our place in the queue (1 = head) when this attempt
+--                           joined it at the tail, else 0; hint = how long (ms) the caller may
+--                           sleep before the lock can change hands unannounced: the lock's PTTL
+--                           when we are the head, the head's deadline when we are second, -1
+--                           when a message or a heartbeat will tell us.
 -- token = the fencing counter after the grant (0 when not fenced).
 --
 -- Unlike RFairLock, taking the lock does not shift every other deadline (PROTOCOL 7, O(1) hot path):
@@ -120,11 +121,11 @@ if mode == 'try' then
 end
 
 -- 4. Join the tail (the head when the queue was empty).
-redis.call('RPUSH', queue, field)
+local position = redis.call('RPUSH', queue, field)
 mark_alive(liveness, field, window)
 redis.call('ZADD', deadlines, protected_deadline(queue, liveness, window, redisson_wait), field)
 sweep_liveness(deadlines, liveness)
 if not head then
   head = field
 end
-return {0, 0, hint()}
+return {0, position, hint()}

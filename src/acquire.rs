@@ -32,6 +32,7 @@ use crate::error::{duration_ms, Error, Result};
 use crate::guard::{release_logged, Lease, LockGuard, LostReason};
 use crate::held::{next_id, validity_deadline, FieldTurn, FixedHold, Held};
 use crate::keys::{Kind, LockSpec};
+use crate::metrics;
 use crate::ops::{self, AcquireArgs, Attempt, Mode};
 use crate::release::What;
 use crate::subscriber::Subscription;
@@ -49,6 +50,45 @@ pub(crate) struct Request {
 
 /// Runs one acquisition to its end: `Some(guard)`, or `None` when `wait` elapsed.
 pub(crate) async fn acquire(
+    inner: &Arc<Inner>,
+    spec: &Arc<LockSpec>,
+    req: Request,
+) -> Result<Option<LockGuard>> {
+    let mut call = CallRecord {
+        spec,
+        names: inner.config.metrics_lock_names,
+        started: Instant::now(),
+        done: false,
+    };
+    let result = acquire_inner(inner, spec, req).await;
+    call.done = true;
+    let outcome = match &result {
+        Ok(Some(_)) => metrics::Outcome::Acquired,
+        Ok(None) => metrics::Outcome::TimedOut,
+        Err(_) => metrics::Outcome::Error,
+    };
+    metrics::call_ended(spec, call.names, outcome, call.started.elapsed());
+    result
+}
+
+/// Records a lock call that was dropped before it ended as cancelled.
+struct CallRecord<'a> {
+    spec: &'a LockSpec,
+    names: bool,
+    started: Instant,
+    done: bool,
+}
+
+impl Drop for CallRecord<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let waited = self.started.elapsed();
+            metrics::call_ended(self.spec, self.names, metrics::Outcome::Cancelled, waited);
+        }
+    }
+}
+
+async fn acquire_inner(
     inner: &Arc<Inner>,
     spec: &Arc<LockSpec>,
     req: Request,
@@ -97,6 +137,7 @@ pub(crate) async fn acquire(
         subscription: None,
         zero_wait: req.wait == Some(Duration::ZERO),
         beat: None,
+        woken_by_message: None,
     };
     async move { waiter.run(deadline).await }
         .instrument(span)
@@ -134,6 +175,8 @@ struct Waiter {
     zero_wait: bool,
     /// Kept alive while we wait; the driver heartbeats it through a `Weak`.
     beat: Option<Arc<WaiterBeat>>,
+    /// When a message last woke us (for the hand-over metric: release seen → grant).
+    woken_by_message: Option<Instant>,
 }
 
 /// A run of transient errors met by one waiter.
@@ -176,11 +219,19 @@ impl Waiter {
             match attempt {
                 Attempt::Acquired { token, .. } => {
                     self.queued = false;
+                    if let Some(woken) = self.woken_by_message {
+                        let names = self.inner.config.metrics_lock_names;
+                        metrics::handover(&self.args.spec, names, woken.elapsed());
+                    }
                     return self.granted(turn, sent, token).await.map(Some);
                 }
                 Attempt::Waiting { .. } if self.zero_wait => return Ok(None),
-                Attempt::Waiting { hint_ms } => {
+                Attempt::Waiting { hint_ms, queued_at } => {
                     drop(turn);
+                    if let Some(position) = queued_at {
+                        let names = self.inner.config.metrics_lock_names;
+                        metrics::queued_at(&self.args.spec, names, position);
+                    }
                     if self.args.spec.kind == Kind::Fair {
                         self.args.mode = Mode::Requeue;
                     }
@@ -226,8 +277,12 @@ impl Waiter {
                         .as_ref()
                         .map(|s| s.notify().clone())
                         .expect("subscribed above");
+                    self.woken_by_message = None;
                     tokio::select! {
-                        _ = notify.notified() => tracing::trace!("woken by message"),
+                        _ = notify.notified() => {
+                            self.woken_by_message = Some(Instant::now());
+                            tracing::trace!("woken by message")
+                        }
                         _ = tokio::time::sleep_until(wake_at.into()) => tracing::trace!("woken by timer"),
                         _ = shut_down(&mut closed) => {
                             let _ = self.give_up().await;
@@ -430,7 +485,10 @@ async fn attempt_with_turn(
                     // is reported, so a retry does not pile a second hold on it.
                     crate::release::release(conn, held, turn, What::Orphan, command_timeout)
                         .await?;
-                    outcome.map(|_| Attempt::Waiting { hint_ms: 10 })
+                    outcome.map(|_| Attempt::Waiting {
+                        hint_ms: 10,
+                        queued_at: None,
+                    })
                 }
             }
         }

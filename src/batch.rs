@@ -35,6 +35,8 @@ pub(crate) async fn renew(
     let batch = batch.max(1);
     let mut out: Vec<Result<bool>> = vec![Ok(false); items.len()];
     let groups = slot_groups(conn, items.iter().map(|(name, _)| *name));
+    let calls: usize = groups.iter().map(|g| g.len().div_ceil(batch)).sum();
+    crate::metrics::renewal_calls(calls as u64);
     let mut settle = |group: &[usize], reply: Result<Vec<bool>>| match reply {
         Ok(renewed) => {
             for (&i, ok) in group.iter().zip(renewed) {

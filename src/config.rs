@@ -159,6 +159,7 @@ pub(crate) struct Config {
     pub(crate) batch_size: usize,
     pub(crate) replica_sync: Option<ReplicaSync>,
     pub(crate) redisson_wait: Duration,
+    pub(crate) metrics_lock_names: bool,
 }
 
 /// Builds a [`Client`](crate::Client) with every knob explicit. Each setter documents its default.
@@ -187,6 +188,7 @@ pub struct Builder {
     batch_size: usize,
     replica_sync: Option<ReplicaSync>,
     redisson_wait: Duration,
+    metrics_lock_names: bool,
 }
 
 impl Default for Builder {
@@ -204,6 +206,7 @@ impl Default for Builder {
             batch_size: DEFAULT_BATCH_SIZE,
             replica_sync: None,
             redisson_wait: DEFAULT_REDISSON_WAIT,
+            metrics_lock_names: false,
         }
     }
 }
@@ -420,6 +423,16 @@ impl Builder {
         self
     }
 
+    /// Label per-lock metrics with the lock's name (`lock="…"`), on top of their kind. Off by
+    /// default: lock names can be unbounded, and every distinct name is a new time series in the
+    /// metrics backend. Only has an effect with the crate's `metrics` feature (see the README for
+    /// every metric).
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
+    pub fn metrics_lock_names(mut self, on: bool) -> Self {
+        self.metrics_lock_names = on;
+        self
+    }
+
     /// After every successful acquisition, send `WAIT <replicas> <timeout>` so the lock write
     /// reaches the master's replicas before the caller proceeds (Redisson's replica sync). When
     /// the master has replicas and none acknowledged within `timeout`, the hold just taken is
@@ -526,6 +539,7 @@ impl Builder {
             batch_size: self.batch_size,
             replica_sync: self.replica_sync,
             redisson_wait: self.redisson_wait,
+            metrics_lock_names: self.metrics_lock_names,
         })
     }
 }

@@ -81,6 +81,8 @@ pub struct LockGuard {
     lease: Lease,
     token: Option<u64>,
     armed: bool,
+    /// When the hold was granted (for the hold-time metric).
+    acquired_at: Instant,
 }
 
 impl LockGuard {
@@ -98,6 +100,7 @@ impl LockGuard {
             lease,
             token,
             armed: true,
+            acquired_at: Instant::now(),
         }
     }
 
@@ -212,10 +215,14 @@ impl LockGuard {
     /// be sent for it.
     fn detach(&self) -> bool {
         let held = &self.held;
+        let names = held.inner.config.metrics_lock_names;
+        crate::metrics::held(&held.spec, names, self.acquired_at.elapsed());
         held.lane.with(|a| {
             if a.gen != self.gen {
                 return false;
             }
+            // A deadline that passed while this hold was live is marked (and reported) first.
+            held.revalidate(a);
             match self.lease {
                 Lease::Watchdog => a.watchdog_guards = a.watchdog_guards.saturating_sub(1),
                 Lease::Fixed { id } => a.fixed.retain(|h| h.id != id),

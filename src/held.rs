@@ -206,6 +206,8 @@ pub(crate) struct Held {
     valid_until: AtomicU64,
     /// The watchdog, not a fixed lease, sets `valid_until`.
     valid_by_watchdog: AtomicBool,
+    /// The last lapsed deadline marked lost ([`to_nanos`]; 0: none), so one lapse is marked once.
+    lapse_marked: AtomicU64,
 }
 
 impl Held {
@@ -265,8 +267,19 @@ impl Held {
         let live = self.lane.with(|a| a.has_guards());
         self.bump(reason, Instant::now());
         if live {
+            self.report_lost(reason);
+        }
+    }
+
+    /// Logs and counts a loss that affected live guards.
+    fn report_lost(&self, reason: LostReason) {
+        if reason == LostReason::Shutdown {
+            tracing::debug!(lock = self.name(), field = &*self.field, %reason, "lock released");
+        } else {
             tracing::warn!(lock = self.name(), field = &*self.field, %reason, "lock lost");
         }
+        let names = self.inner.config.metrics_lock_names;
+        crate::metrics::lost(&self.spec, names, reason);
     }
 
     fn bump(&self, reason: LostReason, at: Instant) {
@@ -290,11 +303,12 @@ impl Held {
         let now = Instant::now();
         let old = self.valid_until.load(Ordering::Acquire);
         let new = account.validity();
+        let marked = self.lapse_marked.load(Ordering::Acquire);
         let lapsed = if old != 0 && now >= from_nanos(old) {
             Some((self.validity_reason(), from_nanos(old)))
         } else {
             match new {
-                Some((until, by_watchdog)) if until <= now => Some((
+                Some((until, by_watchdog)) if until <= now && to_nanos(until) > marked => Some((
                     if by_watchdog {
                         LostReason::ValidityExpired
                     } else {
@@ -306,9 +320,11 @@ impl Held {
             }
         };
         if let Some((reason, until)) = lapsed {
+            self.lapse_marked
+                .fetch_max(to_nanos(until), Ordering::AcqRel);
             self.bump(reason, until);
             if account.has_guards() {
-                tracing::warn!(lock = self.name(), field = &*self.field, %reason, "lock lost");
+                self.report_lost(reason);
             }
         }
         match new {
@@ -332,7 +348,7 @@ impl Held {
         self.bump(reason, Instant::now());
         self.valid_until.store(0, Ordering::Release);
         if had_guards {
-            tracing::warn!(lock = self.name(), field = &*self.field, %reason, "lock lost");
+            self.report_lost(reason);
         }
     }
 
@@ -392,6 +408,7 @@ impl Helds {
             notify: Notify::new(),
             valid_until: AtomicU64::new(0),
             valid_by_watchdog: AtomicBool::new(false),
+            lapse_marked: AtomicU64::new(0),
         });
         map.insert(key, Arc::downgrade(&held));
         let swept = self.swept_at.load(Ordering::Relaxed) as usize;

@@ -84,6 +84,7 @@ mod holder;
 mod keys;
 mod lane;
 mod lock;
+mod metrics;
 mod ops;
 mod redlock;
 mod release;

@@ -47,7 +47,11 @@ pub(crate) enum Attempt {
         token: Option<u64>,
     },
     /// Not taken. `hint_ms`: how long nothing will change unannounced (-1: until told).
-    Waiting { hint_ms: i64 },
+    /// `queued_at`: our place in the fair queue when this attempt joined it at the tail.
+    Waiting {
+        hint_ms: i64,
+        queued_at: Option<u64>,
+    },
 }
 
 /// What a release script found and did.
@@ -147,7 +151,10 @@ pub(crate) async fn acquire(conn: &mut Conn, args: &AcquireArgs, expected: u64) 
             adopted: *code == 2,
             token: args.fenced.then_some((*token).max(0) as u64),
         }),
-        [0, _, hint] => Ok(Attempt::Waiting { hint_ms: *hint }),
+        [0, position, hint] => Ok(Attempt::Waiting {
+            hint_ms: *hint,
+            queued_at: (*position > 0).then_some(*position as u64),
+        }),
         _ => Err(Error::bad_reply("acquire", reply)),
     }
 }

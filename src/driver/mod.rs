@@ -158,7 +158,9 @@ impl DriverHandle {
     /// Hands work to the driver, waking it. Never blocks; silently dropped once the driver has
     /// ended.
     pub(crate) fn send(&self, work: Work) {
-        let _ = self.tx.send(work);
+        if self.tx.send(work).is_ok() {
+            crate::metrics::driver_pending(1.0);
+        }
     }
 
     /// Hands work to the driver for its next tick (see [`LazyInbox`]); wakes it only when it
@@ -169,6 +171,7 @@ impl DriverHandle {
             inbox.items.push(work);
             std::mem::take(&mut inbox.idle)
         };
+        crate::metrics::driver_pending(1.0);
         if wake {
             self.send(Work::Wake);
         }
@@ -265,6 +268,7 @@ impl Driver {
                 work = self.rx.recv() => match work {
                     None => break,
                     Some(Work::Shutdown(done)) => {
+                        crate::metrics::driver_pending(-1.0);
                         self.drain_lazy();
                         self.shutdown();
                         let _ = done.send(());
@@ -299,6 +303,10 @@ impl Driver {
     }
 
     fn handle(&mut self, work: Work) {
+        // Everything but the replies of the driver's own I/O tasks came through the handle.
+        if !matches!(work, Work::Renewed { .. } | Work::Beaten { .. }) {
+            crate::metrics::driver_pending(-1.0);
+        }
         match work {
             Work::Acquired { held, watchdog } => {
                 self.watchdog.on_acquired(&mut self.timers, &held, watchdog)

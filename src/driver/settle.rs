@@ -124,7 +124,10 @@ mod tests {
 
     #[test]
     fn a_fair_waiter_that_may_be_queued_gives_up() {
-        let waiting = Ok(Attempt::Waiting { hint_ms: 5 });
+        let waiting = Ok(Attempt::Waiting {
+            hint_ms: 5,
+            queued_at: None,
+        });
         assert!(plan(&waiting, &args(Kind::Fair, Mode::Queue)).give_up);
         assert!(plan(&waiting, &args(Kind::Fair, Mode::Requeue)).give_up);
         assert_eq!(

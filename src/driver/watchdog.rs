@@ -29,6 +29,7 @@ use crate::conn::Conn;
 use crate::error::Result;
 use crate::guard::LostReason;
 use crate::held::Held;
+use crate::metrics;
 
 /// The driver's view of one held lock and owner field.
 #[derive(Debug)]
@@ -224,6 +225,7 @@ impl Watchdog {
             };
             match result {
                 Ok(true) => {
+                    metrics::renewal(metrics::Renewal::Ok);
                     entry.failures = 0;
                     held.renewed(sent, self.timeout);
                     if let Some(h) = entry.validity.take() {
@@ -235,6 +237,7 @@ impl Watchdog {
                     tracing::trace!(lock = held.name(), "renewed");
                 }
                 Ok(false) => {
+                    metrics::renewal(metrics::Renewal::Gone);
                     // Our field was gone when the renewal ran. A grant since then made a new
                     // hold, which this reply says nothing about.
                     if held.lane.with(|a| a.grants == grants) {
@@ -243,6 +246,7 @@ impl Watchdog {
                     }
                 }
                 Err(e) => {
+                    metrics::renewal(metrics::Renewal::Failed);
                     failed += 1;
                     first_error.get_or_insert(e);
                     entry.failures = entry.failures.saturating_add(1);
