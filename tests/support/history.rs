@@ -274,7 +274,10 @@ impl Event {
                 vu,
                 how,
                 lost,
-            } => format!("release id={id} t={t} vu={vu} how={how} lost={}", flag(*lost)),
+            } => format!(
+                "release id={id} t={t} vu={vu} how={how} lost={}",
+                flag(*lost)
+            ),
             Event::Released { id, t, result } => {
                 format!("released id={id} t={t} result={}", word(result))
             }
@@ -719,6 +722,8 @@ pub struct Violation {
     pub rule: &'static str,
     pub message: String,
     pub evidence: Vec<String>,
+    /// Ids of the calls in the evidence (for [`context`]).
+    pub ids: Vec<String>,
 }
 
 impl std::fmt::Display for Violation {
@@ -761,6 +766,7 @@ pub fn check(h: &History, max_per_rule: usize) -> (Vec<Violation>, CheckStats) {
                 rule: "anomaly",
                 message: format!("{proc} at {}: {what}", h.rel_ms(*t)),
                 evidence: vec![],
+                ids: vec![],
             })
             .collect(),
     );
@@ -806,6 +812,7 @@ pub fn check_mutual_exclusion(h: &History, stats: &mut CheckStats) -> Vec<Violat
                             ((*oe).min(e) - s) as f64 / 1e6
                         ),
                         evidence: vec![oc.describe(h), c.describe(h)],
+                        ids: vec![oc.id.clone(), c.id.clone()],
                     });
                 }
             }
@@ -830,6 +837,7 @@ pub fn check_fencing(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
                     rule: "fencing",
                     message: format!("a fenced grant of {name} without a token"),
                     evidence: vec![c.describe(h)],
+                    ids: vec![c.id.clone()],
                 });
             }
         }
@@ -840,11 +848,9 @@ pub fn check_fencing(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
             if let Some(prev) = seen.insert(c.token().unwrap(), c) {
                 out.push(Violation {
                     rule: "fencing",
-                    message: format!(
-                        "token {} of {name} handed out twice",
-                        c.token().unwrap()
-                    ),
+                    message: format!("token {} of {name} handed out twice", c.token().unwrap()),
                     evidence: vec![prev.describe(h), c.describe(h)],
+                    ids: vec![prev.id.clone(), c.id.clone()],
                 });
             }
         }
@@ -875,6 +881,7 @@ pub fn check_fencing(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
                             c.token().unwrap()
                         ),
                         evidence: vec![b.describe(h), c.describe(h)],
+                        ids: vec![b.id.clone(), c.id.clone()],
                     });
                 }
             }
@@ -1063,7 +1070,8 @@ fn victim_exempt(h: &History, s: &Snapshot, a: &Call, until: u64) -> Option<Stri
 /// touched its process between `from` and its return.
 fn grant_suspect(h: &History, b: &Call, from: u64) -> bool {
     let (t, _) = b.granted().unwrap();
-    h.fault_near(&b.proc, from, t, h.params.fault_grace).is_some()
+    h.fault_near(&b.proc, from, t, h.params.fault_grace)
+        .is_some()
 }
 
 /// FIFO among fair waiters.
@@ -1119,6 +1127,7 @@ pub fn check_fifo(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
                                 s.queue
                             ),
                             evidence: vec![a.describe(h), b.describe(h)],
+                            ids: vec![a.id.clone(), b.id.clone()],
                         });
                     }
                 }
@@ -1129,7 +1138,9 @@ pub fn check_fifo(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
                     Some(_) => u64::MAX,
                     None => leaves_no_earlier_than(h, b),
                 };
-                let start = idx.grants.partition_point(|g| g.token().unwrap() <= s.counter);
+                let start = idx
+                    .grants
+                    .partition_point(|g| g.token().unwrap() <= s.counter);
                 for a in &idx.grants[start..] {
                     let ta = a.token().unwrap();
                     if b.token().is_some_and(|tb| tb <= ta) {
@@ -1168,6 +1179,7 @@ pub fn check_fifo(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
                                 s.queue
                             ),
                             evidence: vec![b.describe(h), a.describe(h)],
+                            ids: vec![b.id.clone(), a.id.clone()],
                         });
                     }
                 }
@@ -1197,7 +1209,9 @@ pub fn check_bounded_waits(h: &History, stats: &mut CheckStats) -> Vec<Violation
         if took <= bound {
             continue;
         }
-        if h.fault_near(&c.proc, c.t_start, t_end, p.fault_grace).is_some() {
+        if h.fault_near(&c.proc, c.t_start, t_end, p.fault_grace)
+            .is_some()
+        {
             stats.bounded_exempt += 1;
             continue;
         }
@@ -1209,6 +1223,7 @@ pub fn check_bounded_waits(h: &History, stats: &mut CheckStats) -> Vec<Violation
                 bound.as_secs_f64() * 1e3
             ),
             evidence: vec![c.describe(h)],
+            ids: vec![c.id.clone()],
         });
     }
     out
@@ -1241,7 +1256,95 @@ pub fn check_unlocks(h: &History) -> Vec<Violation> {
                 h.rel_ms(*vu)
             ),
             evidence: vec![c.describe(h)],
+            ids: vec![c.id.clone()],
         });
+    }
+    out
+}
+
+/// The history around a violation: every call on the same lock that overlaps the calls it names
+/// (widened by 200 ms), the snapshots of that lock and the faults in that span.
+pub fn context(h: &History, v: &Violation) -> String {
+    let calls: Vec<&Call> = h.calls.iter().filter(|c| v.ids.contains(&c.id)).collect();
+    let Some(first) = calls.first() else {
+        return String::new();
+    };
+    let name = first.name.clone();
+    let pad = 200_000_000;
+    let lo = calls
+        .iter()
+        .map(|c| c.t_start)
+        .min()
+        .unwrap()
+        .saturating_sub(pad);
+    let hi = calls
+        .iter()
+        .map(|c| {
+            c.release
+                .as_ref()
+                .map_or(c.end.map_or(c.t_start, |e| e.0), |r| r.0)
+        })
+        .max()
+        .unwrap()
+        + pad;
+    let mut out = format!(
+        "  history of {name} from {} to {}:\n",
+        h.rel_ms(lo),
+        h.rel_ms(hi)
+    );
+    let mut around: Vec<&Call> = h
+        .calls
+        .iter()
+        .filter(|c| c.name == name)
+        .filter(|c| {
+            let end = c
+                .release
+                .as_ref()
+                .map_or(c.end.map_or(u64::MAX, |e| e.0), |r| r.0);
+            c.t_start <= hi && end >= lo
+        })
+        .collect();
+    around.sort_by_key(|c| c.t_start);
+    let n = around.len();
+    for c in around.into_iter().take(40) {
+        let _ = writeln!(out, "    call {}", c.describe(h));
+    }
+    if n > 40 {
+        let _ = writeln!(out, "    ... {} more calls", n - 40);
+    }
+    let snaps: Vec<&Snapshot> = h
+        .snapshots
+        .iter()
+        .filter(|s| s.name == name && s.t0 >= lo && s.t0 <= hi)
+        .collect();
+    let step = (snaps.len() / 25).max(1);
+    for s in snaps.iter().step_by(step) {
+        let _ = writeln!(
+            out,
+            "    snapshot {} counter={} holders={:?} queue={:?}",
+            h.rel_ms(s.t0),
+            s.counter,
+            s.holders,
+            s.queue
+                .iter()
+                .map(|f| format!(
+                    "{f}@{}",
+                    s.scores.get(f).map_or(-1, |x| *x as i64) - s.server_ms
+                ))
+                .collect::<Vec<_>>()
+        );
+    }
+    for f in &h.faults {
+        if f.t0 <= hi + 2 * pad * 5 && f.t1 + 2 * pad * 5 >= lo {
+            let _ = writeln!(
+                out,
+                "    fault {} {:?} {}..{}",
+                f.kind,
+                f.scope,
+                h.rel_ms(f.t0),
+                h.rel_ms(f.t1)
+            );
+        }
     }
     out
 }

@@ -209,8 +209,7 @@ impl Proxy {
 
     /// Resets (RST) every connection that has lost a byte; returns how many.
     pub fn reset_tainted(&self) -> usize {
-        self.shared
-            .reset_where(|c| c.tainted.any())
+        self.shared.reset_where(|c| c.tainted.any())
     }
 
     /// Resets (RST, both sides) every open connection; returns how many.

@@ -272,11 +272,7 @@ impl RedissonPeer {
             .lock()
             .unwrap()
             .contains_key(&(name.to_owned(), field.clone()));
-        let lease_ms = how
-            .lease
-            .unwrap_or(inner.cfg.watchdog)
-            .as_millis()
-            .max(1) as i64;
+        let lease_ms = how.lease.unwrap_or(inner.cfg.watchdog).as_millis().max(1) as i64;
         let wait_ms = how.wait.unwrap_or(inner.cfg.lock_wait).as_millis() as i64;
         let t_start = mono_ns();
         self.record(Event::Call {
@@ -308,14 +304,15 @@ impl RedissonPeer {
         };
         let mut subscribed: Option<Arc<Notify>> = None;
         let mut queued_deadline: Option<i64> = None;
-        let end = |outcome: Outcome, token: Option<u64>, vu: Option<u64>, detail: String| Event::End {
-            id: id.clone(),
-            t: mono_ns(),
-            outcome,
-            token,
-            vu,
-            detail,
-        };
+        let end =
+            |outcome: Outcome, token: Option<u64>, vu: Option<u64>, detail: String| Event::End {
+                id: id.clone(),
+                t: mono_ns(),
+                outcome,
+                token,
+                vu,
+                detail,
+            };
         loop {
             let sent = mono_ns();
             let poll = self.poll(name, fair, &field, lease_ms, wait_ms).await;
@@ -358,8 +355,9 @@ impl RedissonPeer {
                     if timed_out || stopping || abandon {
                         // An abandoned waiter leaves its entry, unless that would block the lock
                         // for longer than the test can wait.
-                        let far = queued_deadline
-                            .is_none_or(|d| d - epoch_ms() > inner.cfg.abandon_limit.as_millis() as i64);
+                        let far = queued_deadline.is_none_or(|d| {
+                            d - epoch_ms() > inner.cfg.abandon_limit.as_millis() as i64
+                        });
                         let give_up = fair && (timed_out || stopping || far);
                         if give_up {
                             let _ = self.give_up(name, &field, wait_ms).await;
@@ -381,7 +379,8 @@ impl RedissonPeer {
                         return None;
                     }
                     let Some(notify) = subscribed.clone() else {
-                        subscribed = Some(inner.hub.subscribe(&chan, inner.cfg.command_timeout).await);
+                        subscribed =
+                            Some(inner.hub.subscribe(&chan, inner.cfg.command_timeout).await);
                         // Poll again now that a release cannot slip by.
                         continue;
                     };
