@@ -1641,3 +1641,512 @@ fn torture_fresh_seed() {
     let seed = fresh_seed();
     torture("torture_fresh_seed", seed);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The checker on hand-made histories: each rule catches its violation and accepts a legal one.
+
+mod checker {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn hist() -> History {
+        let mut h = History::new(
+            Params {
+                command_timeout: Duration::from_millis(300),
+                liveness: Duration::from_millis(1000),
+                slack: Duration::from_millis(100),
+                fault_grace: Duration::from_millis(500),
+                lag_threshold: Duration::from_millis(100),
+                epoch_offset_ms: 1_000_000.0,
+            },
+            0,
+        );
+        h.exited.insert("p0".into(), 100_000 * MS);
+        h.exited.insert("p1".into(), 100_000 * MS);
+        h
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        id: &str,
+        proc: &str,
+        name: &str,
+        field: &str,
+        start_ms: u64,
+        wait_ms: Option<u64>,
+        end_ms: u64,
+        outcome: Outcome,
+        token: Option<u64>,
+    ) -> Vec<Event> {
+        vec![
+            Event::Call {
+                id: id.into(),
+                proc: proc.into(),
+                client: format!("{proc}.c0"),
+                name: name.into(),
+                fair: name.starts_with('f'),
+                field: field.into(),
+                op: if wait_ms.is_some() {
+                    "try_lock"
+                } else {
+                    "lock"
+                }
+                .into(),
+                wait_ms,
+                lease_ms: None,
+                t: start_ms * MS,
+                shared: false,
+                reentrant: false,
+                java: proc == "java",
+            },
+            Event::End {
+                id: id.into(),
+                t: end_ms * MS,
+                outcome,
+                token,
+                vu: token.map(|_| (end_ms + 1) * MS),
+                detail: String::new(),
+            },
+        ]
+    }
+
+    /// A granted call held until `release_ms` (valid until `vu_ms`).
+    fn hold(
+        id: &str,
+        proc: &str,
+        name: &str,
+        field: &str,
+        (start_ms, end_ms): (u64, u64),
+        token: u64,
+        release_ms: u64,
+        vu_ms: u64,
+    ) -> Vec<Event> {
+        let mut ev = call(
+            id,
+            proc,
+            name,
+            field,
+            start_ms,
+            None,
+            end_ms,
+            Outcome::Granted,
+            Some(token),
+        );
+        ev.push(Event::Release {
+            id: id.into(),
+            t: release_ms * MS,
+            vu: vu_ms * MS,
+            how: "unlock".into(),
+            lost: false,
+        });
+        ev
+    }
+
+    fn rules(h: &History) -> Vec<&'static str> {
+        history::check(h, 100).0.iter().map(|v| v.rule).collect()
+    }
+
+    fn snap(name: &str, at_ms: u64, counter: u64, queue: &[&str]) -> Snapshot {
+        Snapshot {
+            name: name.into(),
+            t0: at_ms * MS,
+            t1: at_ms * MS + MS / 2,
+            counter,
+            queue: queue.iter().map(|s| s.to_string()).collect(),
+            scores: queue
+                .iter()
+                .map(|s| (s.to_string(), 1_000_000.0 + at_ms as f64 + 1000.0))
+                .collect(),
+            holders: vec![],
+            server_ms: 1_000_000 + at_ms as i64,
+        }
+    }
+
+    #[test]
+    fn events_round_trip_through_their_text_form() {
+        let evs: Vec<Event> = hold("p0.1", "p0", "plain", "u:1", (10, 12), 7, 30, 40)
+            .into_iter()
+            .chain([
+                Event::Lost {
+                    id: "p0.1".into(),
+                    t: 5,
+                    reason: "Gone".into(),
+                },
+                Event::Shift {
+                    name: "fair".into(),
+                    t0: 1,
+                    t1: 2,
+                    ms: 300000,
+                },
+            ])
+            .collect();
+        for ev in evs {
+            assert_eq!(
+                Event::parse(&ev.to_line()),
+                Some(ev.clone()),
+                "{}",
+                ev.to_line()
+            );
+        }
+        assert_eq!(Event::parse("call id=torn"), None);
+    }
+
+    #[test]
+    fn mutual_exclusion_accepts_hand_overs_and_reentry() {
+        let mut h = hist();
+        h.add_events(hold("a", "p0", "plain", "u:1", (0, 10), 1, 20, 500));
+        // Taken after A's release started; and A's own re-entry overlaps A.
+        h.add_events(hold("b", "p1", "plain", "v:1", (15, 25), 2, 40, 500));
+        h.add_events(hold("a2", "p0", "plain", "u:1", (12, 13), 3, 18, 500));
+        // C overlaps D's hold but D's validity ran out first; E's lost() fired before F.
+        h.add_events(hold("c", "p0", "plain2", "u:1", (0, 10), 1, 900, 100));
+        h.add_events(hold("d", "p1", "plain2", "v:1", (50, 150), 2, 160, 900));
+        h.add_events(hold("e", "p0", "plain3", "u:1", (0, 10), 1, 900, 900));
+        h.add_events([Event::Lost {
+            id: "e".into(),
+            t: 100 * MS,
+            reason: "Gone".into(),
+        }]);
+        h.add_events(hold("f", "p1", "plain3", "v:1", (50, 150), 2, 160, 900));
+        assert!(
+            !rules(&h).contains(&"mutual-exclusion"),
+            "{:?}",
+            history::check(&h, 9).0
+        );
+    }
+
+    #[test]
+    fn mutual_exclusion_catches_two_holders() {
+        let mut h = hist();
+        h.add_events(hold("a", "p0", "plain", "u:1", (0, 10), 1, 200, 500));
+        h.add_events(hold("b", "p1", "plain", "v:1", (50, 100), 2, 150, 900));
+        assert!(rules(&h).contains(&"mutual-exclusion"));
+        // A hold never released counts up to its validity at the grant, or the kill.
+        let mut h = hist();
+        let mut a = call(
+            "a",
+            "p0",
+            "plain",
+            "u:1",
+            0,
+            None,
+            10,
+            Outcome::Granted,
+            Some(1),
+        );
+        if let Event::End { vu, .. } = &mut a[1] {
+            *vu = Some(1000 * MS);
+        }
+        h.add_events(a);
+        h.add_events(hold("b", "p1", "plain", "v:1", (50, 100), 2, 150, 900));
+        assert!(rules(&h).contains(&"mutual-exclusion"));
+        // Its process froze (killed, or stopped for good) after B took it, or before.
+        h.frozen.insert("p0".into(), 120 * MS);
+        assert!(rules(&h).contains(&"mutual-exclusion"));
+        h.frozen.insert("p0".into(), 90 * MS);
+        assert!(!rules(&h).contains(&"mutual-exclusion"));
+    }
+
+    #[test]
+    fn fencing_catches_reused_and_reordered_tokens() {
+        let mut h = hist();
+        h.add_events(hold("a", "p0", "plain", "u:1", (0, 10), 5, 20, 500));
+        h.add_events(hold("b", "p1", "plain", "v:1", (30, 40), 6, 50, 500));
+        assert!(rules(&h).is_empty(), "{:?}", history::check(&h, 9).0);
+        // Returned before the other call started, yet a higher token.
+        h.add_events(hold("c", "p1", "plain", "v:1", (60, 70), 4, 80, 500));
+        assert!(rules(&h).contains(&"fencing"));
+        let mut h = hist();
+        h.add_events(hold("a", "p0", "plain", "u:1", (0, 10), 5, 20, 500));
+        h.add_events(hold("b", "p1", "plain", "u:1", (5, 12), 5, 30, 500));
+        assert!(rules(&h).contains(&"fencing"));
+    }
+
+    #[test]
+    fn fifo_order_catches_an_overtake_and_accepts_legal_orders() {
+        // A ahead of B at 100 ms (counter 1); B is granted token 2 at 150 ms while A waits on.
+        let base = |h: &mut History| {
+            h.snapshots.push(snap("fair", 100, 1, &["u:1", "v:1"]));
+            h.add_events(call(
+                "b",
+                "p1",
+                "fair",
+                "v:1",
+                60,
+                None,
+                150,
+                Outcome::Granted,
+                Some(2),
+            ));
+        };
+        let mut h = hist();
+        base(&mut h);
+        h.add_events(call(
+            "a",
+            "p0",
+            "fair",
+            "u:1",
+            50,
+            None,
+            300,
+            Outcome::Granted,
+            Some(3),
+        ));
+        assert_eq!(rules(&h), vec!["fifo-order"]);
+        // A first: fine.
+        let mut h = hist();
+        base(&mut h);
+        h.add_events(call(
+            "a",
+            "p0",
+            "fair",
+            "u:1",
+            50,
+            None,
+            120,
+            Outcome::Granted,
+            Some(1),
+        ));
+        assert!(!rules(&h).contains(&"fifo-order"));
+        // A's try_lock wait (60 ms from 50) was over by B's grant: it may have left.
+        let mut h = hist();
+        base(&mut h);
+        h.add_events(call(
+            "a",
+            "p0",
+            "fair",
+            "u:1",
+            50,
+            Some(60),
+            115,
+            Outcome::TimedOut,
+            None,
+        ));
+        assert!(!rules(&h).contains(&"fifo-order"));
+        // ... but not if the wait was longer.
+        let mut h = hist();
+        base(&mut h);
+        h.add_events(call(
+            "a",
+            "p0",
+            "fair",
+            "u:1",
+            50,
+            Some(400),
+            455,
+            Outcome::TimedOut,
+            None,
+        ));
+        assert_eq!(rules(&h), vec!["fifo-order"]);
+        // A fault on A's process lets its place go.
+        h.faults.push(Fault {
+            kind: "sigstop".into(),
+            scope: Scope::Proc("p0".into()),
+            t0: 20 * MS,
+            t1: 30 * MS,
+        });
+        assert!(rules(&h).is_empty());
+        // A fault elsewhere does not.
+        h.faults[0].scope = Scope::Proc("p1x".into());
+        assert_eq!(rules(&h), vec!["fifo-order"]);
+    }
+
+    #[test]
+    fn fifo_entries_are_attributed_only_to_the_call_that_certainly_owns_them() {
+        // A's previous call on the name was dropped at 95 ms: the entry at 100 ms may be that
+        // call's leftover, so the overtake cannot be blamed on A's new call...
+        let mut h = hist();
+        h.snapshots.push(snap("fair", 100, 1, &["u:1", "v:1"]));
+        h.add_events(call(
+            "a0",
+            "p0",
+            "fair",
+            "u:1",
+            10,
+            None,
+            95,
+            Outcome::Cancelled,
+            None,
+        ));
+        h.add_events(call(
+            "a",
+            "p0",
+            "fair",
+            "u:1",
+            96,
+            None,
+            300,
+            Outcome::Granted,
+            Some(3),
+        ));
+        h.add_events(call(
+            "b",
+            "p1",
+            "fair",
+            "v:1",
+            60,
+            None,
+            150,
+            Outcome::Granted,
+            Some(2),
+        ));
+        assert!(!rules(&h).contains(&"fifo-order"));
+        // ... unless a snapshot in between shows the leftover gone.
+        h.snapshots.push(snap("fair", 97, 1, &["v:1"]));
+        assert!(rules(&h).contains(&"fifo-order"));
+    }
+
+    #[test]
+    fn fifo_arrival_catches_a_queue_jump() {
+        // B queued at 100 ms; A's call starts at 120 ms and is granted (token 2) before B (3).
+        let mut h = hist();
+        h.snapshots.push(snap("fair", 100, 1, &["v:1"]));
+        h.add_events(call(
+            "b",
+            "p1",
+            "fair",
+            "v:1",
+            60,
+            None,
+            400,
+            Outcome::Granted,
+            Some(3),
+        ));
+        h.add_events(call(
+            "a",
+            "p0",
+            "fair",
+            "u:1",
+            120,
+            None,
+            130,
+            Outcome::Granted,
+            Some(2),
+        ));
+        assert_eq!(rules(&h), vec!["fifo-arrival"]);
+        // If B's wait was over before A was granted, B had left.
+        let mut h = hist();
+        h.snapshots.push(snap("fair", 100, 1, &["v:1"]));
+        h.add_events(call(
+            "b",
+            "p1",
+            "fair",
+            "v:1",
+            60,
+            Some(50),
+            112,
+            Outcome::TimedOut,
+            None,
+        ));
+        h.add_events(call(
+            "a",
+            "p0",
+            "fair",
+            "u:1",
+            120,
+            None,
+            130,
+            Outcome::Granted,
+            Some(2),
+        ));
+        assert!(rules(&h).is_empty());
+        // A Redisson waiter whose deadline has passed may be purged.
+        let mut h = hist();
+        let mut s = snap("fair", 100, 1, &["j:101"]);
+        s.scores.insert("j:101".into(), 1_000_000.0 + 110.0);
+        h.snapshots.push(s);
+        h.add_events(call(
+            "b",
+            "java",
+            "fair",
+            "j:101",
+            60,
+            None,
+            400,
+            Outcome::Granted,
+            Some(3),
+        ));
+        h.add_events(call(
+            "a",
+            "p0",
+            "fair",
+            "u:1",
+            120,
+            None,
+            130,
+            Outcome::Granted,
+            Some(2),
+        ));
+        assert!(rules(&h).is_empty(), "{:?}", history::check(&h, 9).0);
+        // ... but not while its deadline is ahead (no Java shift since).
+        h.snapshots[0]
+            .scores
+            .insert("j:101".into(), 1_000_000.0 + 5000.0);
+        assert_eq!(rules(&h), vec!["fifo-arrival"]);
+        // A Java acquisition shifting deadlines by 300 s in between makes it purgeable again.
+        h.shifts.push(("fair".into(), 105 * MS, 106 * MS, 300_000));
+        assert!(rules(&h).is_empty());
+    }
+
+    #[test]
+    fn bounded_waits_are_checked_outside_faults() {
+        let mut h = hist();
+        h.add_events(call(
+            "a",
+            "p0",
+            "plain",
+            "u:1",
+            0,
+            Some(100),
+            450,
+            Outcome::TimedOut,
+            None,
+        ));
+        assert!(rules(&h).is_empty());
+        h.add_events(call(
+            "b",
+            "p0",
+            "plain",
+            "u:2",
+            0,
+            Some(100),
+            600,
+            Outcome::TimedOut,
+            None,
+        ));
+        assert_eq!(rules(&h), vec!["bounded-wait"]);
+        h.faults.push(Fault {
+            kind: "pause".into(),
+            scope: Scope::All,
+            t0: 50 * MS,
+            t1: 300 * MS,
+        });
+        assert!(rules(&h).is_empty());
+        // A stalled runtime of its own process counts too.
+        h.faults.clear();
+        h.lags.push(("p0".into(), 200 * MS, 350 * MS));
+        assert!(rules(&h).is_empty());
+    }
+
+    #[test]
+    fn unlock_not_held_while_trusted_is_caught() {
+        let mut h = hist();
+        h.add_events(hold("a", "p0", "plain", "u:1", (0, 10), 1, 20, 500));
+        h.add_events([Event::Released {
+            id: "a".into(),
+            t: 22 * MS,
+            result: "notheld".into(),
+        }]);
+        assert_eq!(rules(&h), vec!["unlock"]);
+        // After its validity ran out, NotHeld is expected.
+        let mut h = hist();
+        h.add_events(hold("a", "p0", "plain", "u:1", (0, 10), 1, 600, 500));
+        h.add_events([Event::Released {
+            id: "a".into(),
+            t: 602 * MS,
+            result: "notheld".into(),
+        }]);
+        assert!(rules(&h).is_empty());
+    }
+}

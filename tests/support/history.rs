@@ -331,7 +331,7 @@ impl Event {
                 outcome: Outcome::parse(kv.get("outcome")?)?,
                 token: o("token")?,
                 vu: o("vu")?,
-                detail: s("detail")?,
+                detail: s("detail").filter(|d| d != "-").unwrap_or_default(),
             },
             "lost" => Event::Lost {
                 id: s("id")?,
