@@ -31,6 +31,7 @@
 //!     out call leaves no earlier than its deadline, a dropped one no earlier than the drop).
 //!   - `fifo-arrival`: `B` queued in `S`, and a call `A` that started only after `S` was granted
 //!     afresh (token `> c`) before `B`, while `B` had not left by itself before `A` returned.
+//!
 //!   A waiter may lose its place without breaking the promise only when it looked dead: a fault
 //!   touching its process (or all processes) overlapped the interval in question, widened by the
 //!   liveness window, or, for a Redisson-protocol waiter, its deadline score can have passed (its
@@ -643,10 +644,8 @@ impl History {
                     call.vu_at_grant = vu;
                     call.end_detail = detail;
                 }
-                Event::Lost { t, reason, .. } => {
-                    if call.lost.is_none() {
-                        call.lost = Some((t, reason));
-                    }
+                Event::Lost { t, reason, .. } if call.lost.is_none() => {
+                    call.lost = Some((t, reason));
                 }
                 Event::Release {
                     t, vu, how, lost, ..
@@ -892,10 +891,10 @@ pub fn check_fencing(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
 
 /// Could `c`'s stale queue entry outlive it? (Its give-up runs after it ends, or may have failed.)
 fn may_leave_stale_entry(c: &Call) -> bool {
-    match c.end {
-        Some((_, Outcome::Granted, _)) | Some((_, Outcome::TimedOut, _)) => false,
-        _ => true,
-    }
+    !matches!(
+        c.end,
+        Some((_, Outcome::Granted, _)) | Some((_, Outcome::TimedOut, _))
+    )
 }
 
 struct FairIndex<'a> {
