@@ -16,10 +16,10 @@
 //!
 //! CI runs `torture_seed_1..3` (fixed seeds) and `torture_fresh_seed` one after the other,
 //! about 17 s each (12 s of load, then teardown and the check). Configurations the library should
-//! pass even before the fixes of its known bugs (no fault, or only faults, but no operation that
-//! relocks right after a drop or a cancel):
-//! `FAIRLOCK_TORTURE_FAULTS=none FAIRLOCK_TORTURE_OPS=try,try0,reenter,longhold,shared,fair` and
-//! `FAIRLOCK_TORTURE_OPS=lock,lease,try,try0,cancel,reenter,longhold,shared,java,plain`.
+//! pass even before the fixes of its known bugs (all faults on, but no operation that relocks right
+//! after a drop or a cancel, and no shared holder ids):
+//! `FAIRLOCK_TORTURE_OPS=try,try0,reenter,longhold,fair` and
+//! `FAIRLOCK_TORTURE_OPS=lock,lease,try,try0,cancel,reenter,longhold,java,plain`.
 //!
 //! A failing run prints its seed, each broken rule with the calls that show it and the history
 //! around them. Replay: `FAIRLOCK_TORTURE_SEED=<n> cargo nextest run --test torture
