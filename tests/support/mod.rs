@@ -9,10 +9,16 @@
 //! - [`wait_until`] / [`wait_until_async`]: poll a condition every 10 ms with a hard deadline;
 //!   [`wait_for`] names the last state seen on timeout; [`wait_until_or`] reports instead of panicking.
 //! - [`wait_for_renewal`], [`kill_replica_links`], [`subscribed_channels`]: failover checks.
+//! - [`Proxy`]: a TCP proxy in front of a server that delays, drops and resets connections.
+//! - [`history`]: the torture test's event history and its checker; [`redisson_peer`]: a client
+//!   speaking Redisson's lock protocol (PROTOCOL 3-4) with raw commands and its own scripts.
 #![allow(dead_code, unused_imports)]
 
 mod cluster;
 mod events;
+pub mod history;
+mod proxy;
+pub mod redisson_peer;
 mod sentinel;
 mod server;
 mod topology;
@@ -20,6 +26,7 @@ mod wait;
 
 pub use cluster::RedisCluster;
 pub use events::EventCount;
+pub use proxy::{Direction, Proxy};
 pub use sentinel::SentinelGroup;
 pub use server::{info_field, RedisServer};
 pub use topology::{
