@@ -455,21 +455,21 @@ async fn attempt_with_turn(
             // What Redis had for us before this attempt: `count - 1`, or for an adopted hold the
             // count we expected (the hold above it was the one taken up).
             let before = if *adopted { expected } else { count - 1 };
-            if before < a.count {
-                // Fewer holds than we count: they expired or were deleted without us.
+            if before + a.uncertain < a.count {
+                // Fewer holds than we count (beyond releases whose outcome we never learned):
+                // they expired or were deleted without us.
                 held.holds_vanished(a, LostReason::Gone);
             }
             a.count = *count;
             a.dark = false;
+            a.uncertain = 0;
             a.grants += 1;
         }),
         Ok(Attempt::Waiting { .. }) => turn.with(|a| {
             // Not granted, so not re-entered: Redis has no hold of ours on the lock.
-            if a.count > 0 {
-                held.holds_vanished(a, LostReason::Gone);
+            if a.count > 0 || a.dark {
+                held.emptied(a, LostReason::Gone);
             }
-            a.count = 0;
-            a.dark = false;
         }),
         // The attempt may have run and its reply been lost: it may hold the lock unseen. The
         // next operation on the field compares and sets against Redis and finds out.

@@ -80,6 +80,9 @@ pub(crate) struct Account {
     pub(crate) count: u64,
     /// The last acquire attempt's reply was lost: Redis may have `count + 1`.
     pub(crate) dark: bool,
+    /// Holds released by calls whose outcome is unknown (their replies were lost) since the
+    /// last exact count: Redis may have up to this many fewer than `count`.
+    pub(crate) uncertain: u64,
     /// Bumped when the holds of the field vanished without us (or at shutdown).
     pub(crate) gen: u64,
     /// Grants so far (a renewal reply only speaks for the grants made before it was sent).
@@ -349,6 +352,21 @@ impl Held {
         self.valid_until.store(0, Ordering::Release);
         if had_guards {
             self.report_lost(reason);
+        }
+    }
+
+    /// Redis has no hold of ours for the field any more. That ends the generation: a release
+    /// still queued for one of its holds (a guard that detached before everything was released
+    /// at once, or before the holds expired) must not take a hold granted later. Live guards of
+    /// the generation, if any, are lost.
+    pub(crate) fn emptied(&self, account: &mut Account, reason: LostReason) {
+        account.count = 0;
+        account.dark = false;
+        account.uncertain = 0;
+        if account.has_guards() {
+            self.holds_vanished(account, reason);
+        } else {
+            account.gen += 1;
         }
     }
 

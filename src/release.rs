@@ -61,9 +61,10 @@ pub(crate) async fn release(
                 continue;
             }
             Err(e) => {
-                // Unknown whether it ran: the count may be one lower. Later operations compare
-                // and set against Redis, so they re-learn it; a hold left behind expires with
-                // its TTL.
+                // Unknown whether it ran: Redis may have `by` holds fewer. Later operations
+                // compare and set against Redis, so they re-learn the count; a hold left behind
+                // expires with its TTL.
+                turn.with(|a| a.uncertain = a.uncertain.saturating_add(args.by));
                 return Err(e);
             }
             Ok(found) => found,
@@ -71,28 +72,23 @@ pub(crate) async fn release(
         let resent = retries > 0;
         match found {
             Released::Free => {
-                turn.with(|a| {
-                    a.count = 0;
-                    a.dark = false;
-                });
+                turn.with(|a| held.emptied(a, LostReason::Gone));
                 return Ok(Unlocked::Released);
             }
             Released::Remaining(count) => {
                 turn.with(|a| {
                     a.count = count;
                     a.dark = false;
+                    a.uncertain = 0;
                 });
                 return Ok(Unlocked::StillHeld);
             }
             Released::Absent | Released::NotOwner => {
                 let not_owner = found == Released::NotOwner;
                 turn.with(|a| {
-                    let ours_ran = resent && !not_owner && a.count == args.by;
-                    a.count = 0;
-                    a.dark = false;
-                    if !ours_ran && a.has_guards() {
-                        held.holds_vanished(a, LostReason::Gone);
-                    }
+                    // (A resend of a release that ran finds the lock gone too: then the guards
+                    // left, if any, were already counted out by the first run.)
+                    held.emptied(a, LostReason::Gone);
                 });
                 // A resend of a release that ran finds the lock gone: that was ours.
                 return Ok(if not_owner {
@@ -109,6 +105,7 @@ pub(crate) async fn release(
                     turn.with(|a| {
                         a.count = count;
                         a.dark = false;
+                        a.uncertain = 0;
                     });
                     return Ok(Unlocked::StillHeld);
                 }
@@ -133,6 +130,7 @@ pub(crate) async fn release(
                 turn.with(|a| {
                     a.count = count;
                     a.dark = false;
+                    a.uncertain = 0;
                 });
                 relearned = true;
             }

@@ -532,3 +532,49 @@ async fn a_lease_shorter_than_a_tick_is_lost_at_its_deadline_not_a_tick_later() 
     }
     assert_eq!(lost.load(Ordering::SeqCst), 5, "is_lost() at the deadline");
 }
+
+/// A guard's release is still queued when everything the holder had is released at once (the
+/// settle of a cancelled re-entry, after the guard detached, gives back every hold). A new grant
+/// to the same holder then comes before the queued release: that release must not take the new
+/// hold away (found by the torture test, seed 1592590337).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_release_never_takes_a_later_grant_of_the_same_holder() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let lock = a.fair_lock("stale-release").holder(7);
+    let first = lock.lock_with_lease(Duration::from_secs(10)).await.unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(500)
+        .arg("WRITE")
+        .query(&mut raw)
+        .unwrap();
+    // A re-entry, cancelled while its attempt waits for Redis: its settle holds the line.
+    let reentry = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock_with_lease(Duration::from_secs(10)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    reentry.abort();
+    // A new watchdog acquisition by the same holder, queued behind the settle.
+    let later = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The first guard goes; its release queues behind the new acquisition.
+    drop(first);
+    let later = support::joined(later, Duration::from_secs(10), "the later acquisition")
+        .await
+        .unwrap();
+    // Whatever ran in between has run: a read on the client's connection comes after it.
+    assert!(lock.is_locked().await.unwrap());
+    let hash: Vec<(String, i64)> = raw.hgetall("stale-release").unwrap();
+    assert_eq!(hash, vec![(later.owner_field().to_owned(), 1)]);
+    assert!(try_now(&b, true, "stale-release").await.is_none());
+    assert!(!later.is_lost());
+    later.unlock().await.unwrap();
+    assert!(!raw.exists::<_, bool>("stale-release").unwrap());
+}

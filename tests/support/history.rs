@@ -996,12 +996,21 @@ fn leaves_no_earlier_than(h: &History, c: &Call) -> u64 {
     let died = h.frozen.get(&c.proc).copied().unwrap_or(u64::MAX);
     if c.java {
         // The peer: a timed-out tryLock gives up once its wait is over; an abandoned (interrupted)
-        // waiter never does; any other end (a give-up at teardown, an error) may have left at any
-        // time during the call.
+        // waiter never gives up by itself, but its place belongs to its thread (its owner field):
+        // the thread's next call on the lock takes that place up or gives it up, so the abandoned
+        // call's claim ends when that call starts. Any other end (a give-up at teardown, an
+        // error) may have left at any time during the call.
         return match c.end {
             None => died,
             Some((_, Outcome::TimedOut, _)) => c.t_start + c.wait_ms.unwrap_or(0) * 1_000_000,
-            Some((_, Outcome::Cancelled, _)) if c.end_detail == "abandoned" => died,
+            Some((_, Outcome::Cancelled, _)) if c.end_detail == "abandoned" => h
+                .calls
+                .iter()
+                .filter(|n| n.field == c.field && n.name == c.name && n.t_start > c.t_start)
+                .map(|n| n.t_start)
+                .min()
+                .unwrap_or(died)
+                .min(died),
             Some(_) => c.t_start,
         };
     }

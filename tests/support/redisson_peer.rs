@@ -107,6 +107,10 @@ struct Inner {
     sink: Sink,
     next_call: AtomicU64,
     holds: Mutex<HashMap<(String, String), Arc<Hold>>>,
+    /// Holds whose unlock failed (the reply, or the command, was lost): Redis may still count
+    /// them, until about this time (their lease), so the thread's next acquisitions there are
+    /// re-entries as far as Redis is concerned. A re-entry extends the lease, and so this.
+    maybe_held: Mutex<HashMap<(String, String), Instant>>,
     /// Set at teardown: waiters give up.
     stopping: AtomicBool,
     stop_notify: Notify,
@@ -221,6 +225,7 @@ impl RedissonPeer {
                 sink,
                 next_call: AtomicU64::new(1),
                 holds: Mutex::new(HashMap::new()),
+                maybe_held: Mutex::new(HashMap::new()),
                 stopping: AtomicBool::new(false),
                 stop_notify: Notify::new(),
             }),
@@ -267,12 +272,24 @@ impl RedissonPeer {
             inner.proc,
             inner.next_call.fetch_add(1, Ordering::SeqCst)
         );
-        let reentrant = inner
-            .holds
-            .lock()
-            .unwrap()
-            .contains_key(&(name.to_owned(), field.clone()));
+        let key = (name.to_owned(), field.clone());
         let lease_ms = how.lease.unwrap_or(inner.cfg.watchdog).as_millis().max(1) as i64;
+        let reentrant = inner.holds.lock().unwrap().contains_key(&key) || {
+            let mut maybe = inner.maybe_held.lock().unwrap();
+            match maybe.get(&key).copied() {
+                Some(until) if until > Instant::now() => {
+                    // If granted, this re-entry sets the lease again (the orphan lives on).
+                    let longer = Instant::now() + Duration::from_millis(lease_ms as u64);
+                    maybe.insert(key.clone(), longer.max(until));
+                    true
+                }
+                Some(_) => {
+                    maybe.remove(&key);
+                    false
+                }
+                None => false,
+            }
+        };
         let wait_ms = how.wait.unwrap_or(inner.cfg.lock_wait).as_millis() as i64;
         let t_start = mono_ns();
         self.record(Event::Call {
@@ -630,7 +647,16 @@ impl RedissonPeer {
         let result = match &r {
             Ok(-1) => "notheld".to_owned(),
             Ok(_) => "ok".to_owned(),
-            Err(e) => format!("err:{e}"),
+            Err(e) => {
+                // The release may not have run: Redis may still count this hold for a lease.
+                let until = Instant::now() + Duration::from_millis(hold.lease_ms as u64);
+                self.inner
+                    .maybe_held
+                    .lock()
+                    .unwrap()
+                    .insert((hold.name.clone(), hold.field.clone()), until);
+                format!("err:{e}")
+            }
         };
         self.record(Event::Released {
             id: guard.call.clone(),
