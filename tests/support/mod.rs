@@ -9,10 +9,14 @@
 //! - [`wait_until`] / [`wait_until_async`]: poll a condition every 10 ms with a hard deadline;
 //!   [`wait_for`] names the last state seen on timeout; [`wait_until_or`] reports instead of panicking.
 //! - [`wait_for_renewal`], [`kill_replica_links`], [`subscribed_channels`]: failover checks.
+//! - [`JavaPeer`]: a real Redisson client in a child JVM (`interop/redisson/RedissonPeer.java`).
+//! - [`Monitor`]: `MONITOR` on one server, for counting the commands a client sends.
 #![allow(dead_code, unused_imports)]
 
 mod cluster;
 mod events;
+mod java;
+mod monitor;
 mod sentinel;
 mod server;
 mod topology;
@@ -20,6 +24,8 @@ mod wait;
 
 pub use cluster::RedisCluster;
 pub use events::EventCount;
+pub use java::{peer_classpath, JavaOptions, JavaPeer, JavaTopology, Pending, Reply};
+pub use monitor::Monitor;
 pub use sentinel::SentinelGroup;
 pub use server::{info_field, RedisServer};
 pub use topology::{
