@@ -919,15 +919,21 @@ async fn inspection_of_java_holds(
         .ok("unlock");
     assert!(!lock.state().await.unwrap().is_locked());
 
+    // A plain Java hold with a fixed lease of 20 s (not the 3 s watchdog).
     let plain = client.lock("inspected-plain");
-    peer.call("lock plain inspected-plain 4 -1")
+    peer.call("lock plain inspected-plain 4 20000")
         .await
         .ok("lock");
     let state = plain.state().await.unwrap();
     assert_eq!(state.owners.len(), 1);
     assert_eq!(state.owners[0].field, peer.field(4));
     assert_eq!(state.owners[0].holds, 1);
-    assert!(state.ttl.is_some_and(|t| t <= java_watchdog));
+    assert!(
+        state
+            .ttl
+            .is_some_and(|t| t > Duration::from_secs(15) && t <= Duration::from_secs(20)),
+        "{state:?}"
+    );
     assert!(state.queue.is_empty());
     peer.call("unlock plain inspected-plain 4")
         .await
