@@ -1462,6 +1462,7 @@ async fn cluster_mixed_fair_queue_is_served_in_arrival_order() {
 
 /// A Redisson client told to use classic pub/sub (`ShardedSubscriptionMode.OFF`) needs
 /// `PubSubMode::Classic`; with `Auto` (sharded on Redis 7) neither side hears the other's release.
+/// A Redisson left on its default whose start-up probe failed is on classic pub/sub too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_classic_pubsub_needs_pubsub_mode_classic() {
     let cluster = RedisCluster::start();
@@ -1558,6 +1559,46 @@ async fn cluster_classic_pubsub_needs_pubsub_mode_classic() {
         "the classic Java waiter heard a sharded release ({waited:?})"
     );
     peer.call(&format!("unlock fair {name} 1"))
+        .await
+        .ok("unlock");
+
+    // Redisson's default (ShardedSubscriptionMode.AUTO) decides once, at start-up, by running
+    // `PUBSUB SHARDNUMSUB` on the first seed node; when that fails it stays on classic pub/sub
+    // for good, without a word. Here an ACL denies it on the first seed while the JVM starts.
+    let mut seed = cluster.nodes[0].conn();
+    let acl = |rule: &str, conn: &mut redis::Connection| {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg(rule)
+            .query(conn)
+            .unwrap();
+    };
+    acl("-pubsub|shardnumsub", &mut seed);
+    let probed = JavaPeer::start(&JavaOptions::new(JavaTopology::Cluster(cluster.urls())));
+    acl("+pubsub|shardnumsub", &mut seed);
+    let name = "failed-probe";
+    let guard = classic.fair_lock(name).lock().await.unwrap();
+    let java_wait = probed.send(&format!("lock fair {name} 1 -1"));
+    let channel = waiter_channel(name, &probed.field(1));
+    let seen = wait_for(
+        Duration::from_secs(10),
+        "the Java waiter subscribed",
+        || {
+            let (c, s) = cluster_subscribers(&cluster, &channel);
+            (c + s > 0).then_some((c, s))
+        },
+        || probed.log_tail(20),
+    );
+    eprintln!("Redisson after a failed start-up probe: (classic, sharded) = {seen:?}");
+    assert_eq!(seen, (1, 0), "classic pub/sub after a failed probe");
+    guard.unlock().await.unwrap();
+    java_wait
+        .wait(Duration::from_secs(5))
+        .await
+        .ok("served (Classic on both sides)");
+    probed
+        .call(&format!("unlock fair {name} 1"))
         .await
         .ok("unlock");
 }
