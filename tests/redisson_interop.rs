@@ -940,6 +940,58 @@ async fn inspection_of_java_holds(
         .ok("unlock");
 }
 
+/// A Java `tryLockAsync(wait, lease, unit, threadId)` that times out in the queue subtracts the
+/// fair wait timeout (300 s), not its own wait, from every waiter behind it: the asynchronous form
+/// gives up with `acquireFailedAsync(-1, …)`.
+async fn java_async_give_up_shifts_by_the_fair_wait_timeout(peer: &JavaPeer, probe: &mut Probe) {
+    let name = "give-up-shift";
+    let (f2, f9, f3) = (peer.field(2), peer.field(9), peer.field(3));
+    peer.call(&format!("lock fair {name} 1 -1"))
+        .await
+        .ok("holder");
+    let w2 = peer.send(&format!("lock fair {name} 2 -1"));
+    wait_until(Duration::from_secs(10), "thread 2 queued", || {
+        probe.queue(name) == [f2.clone()]
+    });
+    let gives_up = peer.send(&format!("trylock fair {name} 9 1000 -1"));
+    wait_until(Duration::from_secs(10), "thread 9 queued", || {
+        probe.queue(name) == [f2.clone(), f9.clone()]
+    });
+    let w3 = peer.send(&format!("lock fair {name} 3 -1"));
+    wait_until(Duration::from_secs(10), "thread 3 queued", || {
+        probe.queue(name) == [f2.clone(), f9.clone(), f3.clone()]
+    });
+    let score = |probe: &mut Probe, field: &str| -> i64 {
+        let s: f64 = probe.conn.zscore(timeout_key(name), field).unwrap();
+        s as i64
+    };
+    let (ahead, behind) = (score(probe, &f2), score(probe, &f3));
+    assert_eq!(
+        gives_up.wait(Duration::from_secs(10)).await.ok("tryLock"),
+        "false"
+    );
+    wait_until(Duration::from_secs(10), "thread 9 left the queue", || {
+        probe.queue(name) == [f2.clone(), f3.clone()]
+    });
+    assert_eq!(score(probe, &f2), ahead, "the waiter ahead is untouched");
+    assert_eq!(
+        behind - score(probe, &f3),
+        300_000,
+        "the waiter behind lost the fair wait timeout, not the 1 s wait"
+    );
+    peer.call(&format!("unlock fair {name} 1"))
+        .await
+        .ok("unlock");
+    w2.wait(Duration::from_secs(5)).await.ok("thread 2 served");
+    peer.call(&format!("unlock fair {name} 2"))
+        .await
+        .ok("unlock");
+    w3.wait(Duration::from_secs(5)).await.ok("thread 3 served");
+    peer.call(&format!("unlock fair {name} 3"))
+        .await
+        .ok("unlock");
+}
+
 /// Redisson's RFencedLock and fairlock's fenced handles draw from one counter,
 /// `redisson_lock_token:{NAME}`: tokens strictly increase across both, hand-overs included.
 async fn fencing_tokens_are_shared(peer: &JavaPeer, client: &Client, probe: &mut Probe) {
@@ -1051,6 +1103,7 @@ async fn standalone_reentry_force_unlock_inspection_and_fencing() {
     java_force_unlock_of_a_rust_hold(&peer, &client, &mut probe).await;
     rust_force_unlock_of_a_java_hold(&peer, &client, &mut probe, &monitor, java_watchdog / 3).await;
     inspection_of_java_holds(&peer, &client, &mut probe, java_watchdog).await;
+    java_async_give_up_shifts_by_the_fair_wait_timeout(&peer, &mut probe).await;
     fencing_tokens_are_shared(&peer, &client, &mut probe).await;
 }
 
