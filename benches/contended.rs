@@ -57,12 +57,7 @@ const INVERSION_MARGIN_US: u64 = 2_000;
 const CONTENDERS: [usize; 3] = [1, 16, 64];
 
 /// Deletes the polling lock only while it still holds our token.
-const POLL_UNLOCK: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-";
+const POLL_UNLOCK: &str = include_str!("lua/poll_unlock.lua");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Variant {

@@ -7,10 +7,10 @@
 //! it. The figure is the `evalsha` time Redis reports in `INFO commandstats` (script run time,
 //! the commands the script calls included), per cycle, after `CONFIG RESETSTAT`.
 //!
-//! Baseline, same run, same depths, interleaved: the same cycle with the acquire and unlock scripts
-//! as Redisson's `RedissonFairLock` sends them (transcribed below), whose acquire shifts the
-//! deadline of every queued waiter (`ZRANGE` + one `ZINCRBY` per waiter), the work fairlock's
-//! scripts skip (PROTOCOL 7, "O(1) hot path").
+//! Baseline, same run, same depths, interleaved: the same cycle with scripts that behave on the
+//! wire as Redisson's fair lock does (our own model of it, `benches/lua/redisson_model_*.lua`),
+//! whose acquire shifts the deadline of every queued waiter (`ZRANGE` + one `ZINCRBY` per
+//! waiter), the work fairlock's scripts skip (PROTOCOL 7, "O(1) hot path").
 //!
 //! `cargo bench --bench queue_depth` (about 40 s); `FAIRLOCK_BENCH_QUICK=1` or `-- --quick` for a
 //! few seconds.
@@ -35,88 +35,13 @@ const REDISSON_WAIT_MS: i64 = 300_000;
 const FAR_MS: i64 = 1_000_000_000_000;
 const REDISSON_FIELD: &str = "0b6e7f9a-8d1c-4c3e-b2a5-9f0e1d2c3b4a:1";
 
-/// `RedissonFairLock.tryLockInnerAsync` for a timed wait (Redisson 3.x), transcribed.
+/// A model of Redisson's fair acquire (our own Lua: purge, shift every deadline on a grant).
 /// KEYS: name, queue, timeout set; ARGV: lease, field, wait, now.
-const REDISSON_ACQUIRE: &str = r"
-while true do
-  local firstThreadId2 = redis.call('lindex', KEYS[2], 0);
-  if firstThreadId2 == false then break; end;
-  local timeout = tonumber(redis.call('zscore', KEYS[3], firstThreadId2));
-  if timeout <= tonumber(ARGV[4]) then
-    redis.call('zrem', KEYS[3], firstThreadId2);
-    redis.call('lpop', KEYS[2]);
-  else break; end;
-end;
-if (redis.call('exists', KEYS[1]) == 0)
-    and ((redis.call('exists', KEYS[2]) == 0)
-      or (redis.call('lindex', KEYS[2], 0) == ARGV[2])) then
-  redis.call('lpop', KEYS[2]);
-  redis.call('zrem', KEYS[3], ARGV[2]);
-  local keys = redis.call('zrange', KEYS[3], 0, -1);
-  for i = 1, #keys, 1 do
-    redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), keys[i]);
-  end;
-  redis.call('hset', KEYS[1], ARGV[2], 1);
-  redis.call('pexpire', KEYS[1], ARGV[1]);
-  return nil;
-end;
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  redis.call('hincrby', KEYS[1], ARGV[2], 1);
-  redis.call('pexpire', KEYS[1], ARGV[1]);
-  return nil;
-end;
-local timeout = redis.call('zscore', KEYS[3], ARGV[2]);
-if timeout ~= false then
-  return timeout - tonumber(ARGV[3]) - tonumber(ARGV[4]);
-end;
-local lastThreadId = redis.call('lindex', KEYS[2], -1);
-local ttl;
-if lastThreadId ~= false and lastThreadId ~= ARGV[2] then
-  ttl = tonumber(redis.call('zscore', KEYS[3], lastThreadId)) - tonumber(ARGV[4]);
-else
-  ttl = redis.call('pttl', KEYS[1]);
-end;
-local timeout = ttl + tonumber(ARGV[3]) + tonumber(ARGV[4]);
-if redis.call('zadd', KEYS[3], timeout, ARGV[2]) == 1 then
-  redis.call('rpush', KEYS[2], ARGV[2]);
-end;
-return ttl;
-";
+const REDISSON_ACQUIRE: &str = include_str!("lua/redisson_model_acquire.lua");
 
-/// `RedissonFairLock.unlockInnerAsync` (Redisson 3.x), transcribed.
+/// A model of Redisson's fair unlock (our own Lua: purge, release, tell the head).
 /// KEYS: name, queue, timeout set, channel; ARGV: message, lease, field, now.
-const REDISSON_UNLOCK: &str = r"
-while true do
-  local firstThreadId2 = redis.call('lindex', KEYS[2], 0);
-  if firstThreadId2 == false then break; end;
-  local timeout = tonumber(redis.call('zscore', KEYS[3], firstThreadId2));
-  if timeout <= tonumber(ARGV[4]) then
-    redis.call('zrem', KEYS[3], firstThreadId2);
-    redis.call('lpop', KEYS[2]);
-  else break; end;
-end;
-if (redis.call('exists', KEYS[1]) == 0) then
-  local nextThreadId = redis.call('lindex', KEYS[2], 0);
-  if nextThreadId ~= false then
-    redis.call('publish', KEYS[4] .. ':' .. nextThreadId, ARGV[1]);
-  end;
-  return 1;
-end;
-if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then
-  return nil;
-end;
-local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1);
-if (counter > 0) then
-  redis.call('pexpire', KEYS[1], ARGV[2]);
-  return 0;
-end;
-redis.call('del', KEYS[1]);
-local nextThreadId = redis.call('lindex', KEYS[2], 0);
-if nextThreadId ~= false then
-  redis.call('publish', KEYS[4] .. ':' .. nextThreadId, ARGV[1]);
-end;
-return 1;
-";
+const REDISSON_UNLOCK: &str = include_str!("lua/redisson_model_unlock.lua");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Variant {

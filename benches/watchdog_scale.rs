@@ -38,13 +38,7 @@ const HELPER_TIMEOUT: Duration = Duration::from_secs(120);
 const BASELINE_FIELD: &str = "5d2c1b0a-9e8f-4a7b-8c6d-5e4f3a2b1c0d:1";
 
 /// Check-and-renew for one lock, as a per-lock renewal timer sends it.
-const RENEW_ONE: &str = r"
-if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  return 1
-end
-return 0
-";
+const RENEW_ONE: &str = include_str!("lua/renew_one.lua");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Variant {

@@ -5,54 +5,18 @@
 //! end.
 
 use std::error::Error;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fairlock::Client;
+
+#[path = "support/throwaway.rs"]
+mod throwaway;
+use throwaway::ThrowAwayRedis;
 use tokio::sync::Mutex;
 
-/// A `redis-server` that lives as long as this value.
-struct ThrowAwayRedis {
-    child: Child,
-    port: u16,
-}
-
-impl ThrowAwayRedis {
-    fn start() -> Result<Self, Box<dyn Error>> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start redis-server ({e}); run scripts/install-redis.sh or set REDIS_URL"))?;
-        let server = ThrowAwayRedis { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                return Err("redis-server did not start within 10 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(server)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for ThrowAwayRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn Error>> {
+async fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let (_server, url) = match std::env::var("REDIS_URL") {
         Ok(url) => (None, url),
         Err(_) => {

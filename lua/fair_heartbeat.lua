@@ -1,37 +1,49 @@
 -- Fair lock: batched liveness heartbeat for waiters of one client (PROTOCOL 7: live waiters are never
 -- purged, dead ones are purged after a short window).
 --
--- For entry i (i = 1..n): KEYS[3i-2] owner hash NAME, KEYS[3i-1] waiter queue, KEYS[3i] deadline zset
--- ARGV[1] liveness window in ms, ARGV[2] publish command
--- ARGV[2i+1] owner field of waiter i, ARGV[2i+2] release channel of its lock
+-- For entry i (i = 1..n): KEYS[4i-3] owner hash NAME, KEYS[4i-2] waiter queue, KEYS[4i-1] deadline
+-- zset, KEYS[4i] liveness zset
+-- ARGV[1] liveness window in ms, ARGV[2] publish command, ARGV[3] the longest wait a Redisson
+-- client uses (ms); ARGV[2i+2] owner field of waiter i, ARGV[2i+3] release channel of its lock
 --
 -- Reply: one code per entry: 0 queued and nothing to do, 1 the waiter is the head of a free lock (its
 -- client wakes it: a lost or never-sent message costs at most one heartbeat period), 2 the waiter is
 -- no longer queued (its client wakes it, and its next attempt puts it back), 3 the waiter is second
--- in line (its client wakes it once so its next attempt learns the head's deadline to watch).
+-- in line (its client wakes it so its next attempt learns the head's deadline to watch).
+-- An entry whose keys cannot be read (a key of the wrong type under the lock's name) reports 2:
+-- its waiter's own next attempt meets the error. It never fails the other entries.
 --
 -- Each entry also purges its queue's dead head and wakes the new head of a free lock, so a waiter
 -- whose process died is removed within the liveness window even when nobody else runs a script.
 
-local liveness, publish_cmd = tonumber(ARGV[1]), ARGV[2]
+local window, publish_cmd, redisson_wait = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local replies = {}
 
-for i = 1, #KEYS / 3 do
-  local name, queue, deadlines = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local field, channel_prefix = ARGV[2 * i + 1], ARGV[2 * i + 2]
-  local purged, head = purge_stale_head(queue, deadlines)
+local function beat(name, queue, deadlines, liveness, field, channel_prefix)
+  local purged, head = purge_stale_head(queue, deadlines, liveness)
   if purged > 0 and head and head ~= field and redis.call('EXISTS', name) == 0 then
     tell(publish_cmd, channel_prefix, head)
   end
-  if redis.call('ZADD', deadlines, 'XX', 'CH', server_now_ms() + liveness, field) == 0
-      and not redis.call('ZSCORE', deadlines, field) then
-    replies[i] = 2
-  elseif redis.call('EXISTS', name) == 0 and head == field then
-    replies[i] = 1
-  elseif redis.call('LINDEX', queue, 1) == field then
-    replies[i] = 3
-  else
-    replies[i] = 0
+  if not redis.call('ZSCORE', deadlines, field) then
+    redis.call('ZREM', liveness, field)
+    return 2
   end
+  mark_alive(liveness, field, window)
+  redis.call('ZADD', deadlines, 'XX',
+    protected_deadline(queue, liveness, window, redisson_wait), field)
+  sweep_liveness(deadlines, liveness)
+  if head == field and redis.call('EXISTS', name) == 0 then
+    return 1
+  end
+  if redis.call('LINDEX', queue, 1) == field then
+    return 3
+  end
+  return 0
+end
+
+for i = 1, #KEYS / 4 do
+  local ok, code = pcall(beat, KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i],
+    ARGV[2 * i + 2], ARGV[2 * i + 3])
+  replies[i] = ok and code or 2
 end
 return replies

@@ -1,8 +1,15 @@
 -- Shared prologue of every fair-lock script (joined in front of each script at compile time by
 -- src/scripts.rs, never pasted). It only defines local helpers; it touches no key by itself.
 --
--- Invariant kept by every fair script: the queue list and the deadline zset hold the same members,
--- and only the queue head may take the lock.
+-- Keys of one fair lock (PROTOCOL 1): the owner hash NAME, the waiter queue Q (list), the deadline
+-- zset Z (Redisson's), and fairlock's own liveness zset L = fairlock_liveness:{NAME}.
+--
+-- Invariants kept by every fair script:
+-- * Q and Z hold the same members, and only the head of Q may take the lock.
+-- * L holds exactly the fairlock waiters that are queued (member = owner field, score = the server
+--   time by which the waiter must show life again); a waiter leaves L when it leaves Q.
+-- * A fairlock waiter is judged alive by its mark in L, never by its score in Z: Redisson clients
+--   shift every score in Z on each of their acquisitions, ours included (PROTOCOL 4 and 7).
 
 -- Current time in Unix epoch milliseconds from the server clock (PROTOCOL 7: fairlock clients never
 -- pass their own clock, so they never disagree about deadlines). Read at most once per script run,
@@ -16,26 +23,83 @@ local function server_now_ms()
   return cached_now
 end
 
--- Remove waiters at the head of the queue whose deadline has passed. Only the head is examined, as
--- RFairLock does, so the cost is proportional to the number of dead waiters removed, not to the queue
--- length. A head that has no deadline at all cannot belong to a live waiter of either client (both
--- always write the two together) and would block the queue for ever, so it is treated as expired.
+-- Remove waiters at the head of the queue that are dead. A fairlock waiter (one with a mark in L)
+-- is dead once its liveness mark lapsed, whatever its score in Z says; any other waiter (a
+-- Redisson one) once its score in Z lapsed. A head with neither a mark nor a score cannot belong
+-- to a live waiter of either client (both always write them together) and would block the queue
+-- for ever, so it is treated as dead. Only the head is examined, as Redisson does, so the cost is
+-- proportional to the number of dead waiters removed, not to the queue length.
 -- Returns the number of waiters removed and the live head left (nil when the queue is empty).
-local function purge_stale_head(queue, deadlines)
+local function purge_stale_head(queue, deadlines, liveness)
   local removed = 0
   while true do
     local head = redis.call('LINDEX', queue, 0)
     if not head then
       return removed, nil
     end
-    local score = redis.call('ZSCORE', deadlines, head)
-    if score and tonumber(score) > server_now_ms() then
+    local alive_until = redis.call('ZSCORE', liveness, head)
+    local until_ms = alive_until or redis.call('ZSCORE', deadlines, head)
+    if until_ms and tonumber(until_ms) > server_now_ms() then
       return removed, head
     end
     redis.call('ZREM', deadlines, head)
     redis.call('LPOP', queue)
+    if alive_until then
+      redis.call('ZREM', liveness, head)
+    end
     removed = removed + 1
   end
+end
+
+-- When a waiter ahead of us must show life again (or acquire): its liveness mark if it is one of
+-- ours, its deadline in Z otherwise. nil when it has neither.
+local function deadline_of(deadlines, liveness, waiter)
+  local until_ms = redis.call('ZSCORE', liveness, waiter) or redis.call('ZSCORE', deadlines, waiter)
+  return until_ms and tonumber(until_ms)
+end
+
+-- The score a fairlock waiter keeps in Z: far enough ahead that Redisson's shifts cannot make it
+-- look expired before the waiter's next refresh. Each Redisson waiter ahead of it can subtract at
+-- most `redisson_wait` (once, when it acquires or gives up), and every queued waiter that has no
+-- mark in L is counted as such a Redisson waiter. With no Redisson waiter queued the score is
+-- simply now + window, as realistic as Redisson's own chained scores otherwise.
+local function protected_deadline(queue, liveness, window, redisson_wait)
+  local others = redis.call('LLEN', queue) - redis.call('ZCARD', liveness)
+  if others < 0 then
+    others = 0
+  end
+  return server_now_ms() + window + others * redisson_wait
+end
+
+-- Record that `field` (a queued fairlock waiter) is alive for `window` ms more, and keep L alive at
+-- least that long: L expires by itself once no fairlock waiter refreshes it (every mark in it has
+-- lapsed by then), so a crashed client never leaves it behind. Its TTL is never shortened, since
+-- clients may use different windows.
+local function mark_alive(liveness, field, window)
+  redis.call('ZADD', liveness, server_now_ms() + window, field)
+  if redis.call('PTTL', liveness) < window then
+    redis.call('PEXPIRE', liveness, window)
+  end
+end
+
+-- Drop lapsed marks of waiters that are no longer queued (a Redisson client's purge removed them
+-- from Q and Z, but it does not know L). A lapsed mark of a waiter still queued stays: the purge
+-- removes that waiter when it reaches the head. Bounded work per call.
+local function sweep_liveness(deadlines, liveness)
+  local lapsed = redis.call('ZRANGEBYSCORE', liveness, '-inf', server_now_ms(), 'LIMIT', 0, 8)
+  for _, waiter in ipairs(lapsed) do
+    if not redis.call('ZSCORE', deadlines, waiter) then
+      redis.call('ZREM', liveness, waiter)
+    end
+  end
+end
+
+-- Take `field` out of the queue wherever it stands (Q, Z and L together).
+local function leave_queue(queue, deadlines, liveness, field)
+  local was_queued = redis.call('ZREM', deadlines, field)
+  redis.call('LREM', queue, 0, field)
+  redis.call('ZREM', liveness, field)
+  return was_queued
 end
 
 -- Tell a waiter that the lock is free: PROTOCOL 2 payload '0' on its own channel (release channel
@@ -44,11 +108,10 @@ local function tell(publish_cmd, channel_prefix, waiter)
   redis.call(publish_cmd, channel_prefix .. ':' .. waiter, '0')
 end
 
--- The lock is known to be free: drop dead heads, then tell the live head, if any. `except` (may be
--- nil) is a field that must not be told, because it is the caller itself.
-local function wake_head(queue, deadlines, publish_cmd, channel_prefix, except)
-  local _, head = purge_stale_head(queue, deadlines)
-  if head and head ~= except then
+-- The lock is known to be free: drop dead heads, then tell the live head, if any.
+local function wake_head(queue, deadlines, liveness, publish_cmd, channel_prefix)
+  local _, head = purge_stale_head(queue, deadlines, liveness)
+  if head then
     tell(publish_cmd, channel_prefix, head)
   end
 end

@@ -1,41 +1,49 @@
--- Fair lock: release one hold (PROTOCOL 4 unlock), idempotent per request id.
+-- Fair lock: release holds (PROTOCOL 4 unlock), a compare-and-set on our hold count, so sending the
+-- same release twice (a resend after a lost reply) never releases twice, without any latch key.
 --
--- KEYS[1] owner hash NAME, KEYS[2] waiter queue, KEYS[3] deadline zset, KEYS[4] unlock latch key
--- ARGV[1] lease in ms, re-applied when holds remain (the lease the lock was taken with)
--- ARGV[2] owner field
--- ARGV[3] publish command, ARGV[4] release channel of this lock, ARGV[5] latch lifetime (ms)
--- ARGV[6] '1' when the latch must be looked up: a retry of the same request, or any send on a
---         connection that may resend a request by itself (a cluster client); only then can the
---         latch be set already, so a first attempt elsewhere skips the lookup
+-- KEYS[1] owner hash NAME, KEYS[2] waiter queue, KEYS[3] deadline zset, KEYS[4] liveness zset
+-- ARGV[1] owner field, ARGV[2] the hold count the caller believes Redis has for the field,
+-- ARGV[3] how many holds to release, ARGV[4] '1' when an attempt of the caller may have added one
+-- hold it never saw (its reply was lost): that hold is released too when it is there,
+-- ARGV[5] the TTL (ms) the remaining holds need, -1 to leave the TTL as it is,
+-- ARGV[6] publish command, ARGV[7] release channel of this lock
 --
--- Reply: 1 released (the head, if any, was told), 0 still held (one hold fewer),
---        2 the lock no longer existed (expired; treated as released, as RFairLock does, and the head
---          is told so a free lock never has a sleeping head), -1 held by someone else (not ours).
+-- Reply: {1, 0}      released: the lock is free and the head of the queue, if any, was told
+--        {0, count}  holds remain: `count` of them
+--        {2, 0}      the lock no longer existed (it expired or was deleted; a fair lock treats
+--                    this as released, as RFairLock does, and the head is told so a free lock
+--                    never has a sleeping head)
+--        {-1, 0}     somebody else holds the lock
+--        {3, count}  our count is not what the caller believes: nothing was changed (a resend of a
+--                    release that already ran, or a count the caller must learn first)
 
-local name, queue, deadlines, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local lease, field = tonumber(ARGV[1]), ARGV[2]
-local publish_cmd, channel_prefix, latch_ms = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local name, queue, deadlines, liveness = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local field, expected, by = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local dark, remaining_ttl = ARGV[4] == '1', tonumber(ARGV[5])
+local publish_cmd, channel_prefix = ARGV[6], ARGV[7]
 
-if ARGV[6] == '1' then
-  local seen = latched_outcome(latch)
-  if seen then
-    return seen
-  end
-end
-
-if redis.call('HEXISTS', name, field) == 0 then
+local held = tonumber(redis.call('HGET', name, field)) or 0
+if held == 0 then
   if redis.call('EXISTS', name) == 0 then
-    wake_head(queue, deadlines, publish_cmd, channel_prefix, nil)
-    return 2
+    wake_head(queue, deadlines, liveness, publish_cmd, channel_prefix)
+    return {2, 0}
   end
-  return -1
+  return {-1, 0}
 end
-
-if redis.call('HINCRBY', name, field, -1) > 0 then
-  redis.call('PEXPIRE', name, lease)
-  return remember_outcome(latch, 0, latch_ms)
+if held ~= expected then
+  if dark and held == expected + 1 then
+    by = by + 1
+  else
+    return {3, held}
+  end
 end
-
+if held > by then
+  redis.call('HINCRBY', name, field, -by)
+  if remaining_ttl > 0 then
+    redis.call('PEXPIRE', name, remaining_ttl)
+  end
+  return {0, held - by}
+end
 redis.call('DEL', name)
-wake_head(queue, deadlines, publish_cmd, channel_prefix, nil)
-return remember_outcome(latch, 1, latch_ms)
+wake_head(queue, deadlines, liveness, publish_cmd, channel_prefix)
+return {1, 0}

@@ -1,20 +1,43 @@
--- Non-fair lock: one acquire attempt (RLock layout, PROTOCOL 3).
+-- Non-fair lock: one acquire attempt (RLock layout, PROTOCOL 3), a compare-and-set on our hold
+-- count, so sending the same attempt twice (a resend after a lost reply) never adds a second hold.
 --
 -- KEYS[1] owner hash NAME, KEYS[2] fencing counter
--- ARGV[1] lease in ms, ARGV[2] owner field, ARGV[3] '1' to increment the fencing counter on success
+-- ARGV[1] lease in ms (the TTL is never shortened below it), ARGV[2] owner field,
+-- ARGV[3] the hold count the caller believes Redis has for the field,
+-- ARGV[4] '1' to increment the fencing counter on a grant
 --
--- Reply: {1, token} acquired or re-entered (token = fencing counter value, 0 when not fenced),
---        {0, pttl} held by someone else; pttl is the holder's remaining TTL (-1: no expiry).
+-- Reply: {1, count, token} granted or re-entered; count = our hold count now,
+--        {2, count, token} the caller's count + 1 was already there: an earlier send of this
+--                          attempt (or one whose reply was lost) took it; taken up, not added,
+--        {0, 0, pttl}      held by someone else; pttl is the holder's remaining TTL (-1: no expiry).
+-- token = the fencing counter after the grant (0 when not fenced).
 
 local name, token_key = KEYS[1], KEYS[2]
-local lease, field, fenced = tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1'
+local lease, field, expected = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local fenced = ARGV[4] == '1'
 
-if redis.call('EXISTS', name) == 0 or redis.call('HEXISTS', name, field) == 1 then
-  redis.call('HINCRBY', name, field, 1)
-  redis.call('PEXPIRE', name, lease)
-  if fenced then
-    return {1, redis.call('INCR', token_key)}
+local held = tonumber(redis.call('HGET', name, field)) or 0
+
+local function extend()
+  if redis.call('PTTL', name) < lease then
+    redis.call('PEXPIRE', name, lease)
   end
-  return {1, 0}
 end
-return {0, redis.call('PTTL', name)}
+
+if held == expected + 1 then
+  extend()
+  return {2, held, fenced and (tonumber(redis.call('GET', token_key)) or 0) or 0}
+end
+if held > 0 or redis.call('EXISTS', name) == 0 then
+  local count = redis.call('HINCRBY', name, field, 1)
+  if count == 1 then
+    redis.call('PEXPIRE', name, lease)
+  else
+    extend()
+  end
+  if fenced then
+    return {1, count, redis.call('INCR', token_key)}
+  end
+  return {1, count, 0}
+end
+return {0, 0, redis.call('PTTL', name)}

@@ -1,32 +1,43 @@
--- Non-fair lock: release one hold (PROTOCOL 3 unlock), idempotent per request id.
+-- Non-fair lock: release holds (PROTOCOL 3 unlock), a compare-and-set on our hold count, so sending
+-- the same release twice (a resend after a lost reply) never releases twice, without any latch key.
 --
--- KEYS[1] owner hash NAME, KEYS[2] unlock latch key of this request
--- ARGV[1] lease in ms, re-applied when holds remain, ARGV[2] owner field
--- ARGV[3] publish command, ARGV[4] release channel, ARGV[5] how long the latch is kept (ms)
--- ARGV[6] '1' when the latch must be looked up: a retry of the same request, or any send on a
---         connection that may resend a request by itself (a cluster client); only then can the
---         latch be set already, so a first attempt elsewhere skips the lookup
+-- KEYS[1] owner hash NAME
+-- ARGV[1] owner field, ARGV[2] the hold count the caller believes Redis has for the field,
+-- ARGV[3] how many holds to release, ARGV[4] '1' when an attempt of the caller may have added one
+-- hold it never saw (its reply was lost): that hold is released too when it is there,
+-- ARGV[5] the TTL (ms) the remaining holds need, -1 to leave the TTL as it is,
+-- ARGV[6] publish command, ARGV[7] release channel
 --
--- Reply: 1 released (and '0' published on the release channel), 0 still held (one hold fewer),
---        -1 not ours (someone else holds it, or nobody: an expired RLock is not ours any more).
+-- Reply: {1, 0} released ('0' published on the release channel), {0, count} holds remain,
+--        {2, 0} the lock no longer existed, {-1, 0} somebody else holds it,
+--        {3, count} our count is not what the caller believes: nothing was changed.
 
-local name, latch = KEYS[1], KEYS[2]
-local lease, field = tonumber(ARGV[1]), ARGV[2]
-local publish_cmd, channel, latch_ms = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local name = KEYS[1]
+local field, expected, by = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local dark, remaining_ttl = ARGV[4] == '1', tonumber(ARGV[5])
+local publish_cmd, channel = ARGV[6], ARGV[7]
 
-if ARGV[6] == '1' then
-  local seen = latched_outcome(latch)
-  if seen then
-    return seen
+local held = tonumber(redis.call('HGET', name, field)) or 0
+if held == 0 then
+  if redis.call('EXISTS', name) == 0 then
+    return {2, 0}
+  end
+  return {-1, 0}
+end
+if held ~= expected then
+  if dark and held == expected + 1 then
+    by = by + 1
+  else
+    return {3, held}
   end
 end
-if redis.call('HEXISTS', name, field) == 0 then
-  return -1
-end
-if redis.call('HINCRBY', name, field, -1) > 0 then
-  redis.call('PEXPIRE', name, lease)
-  return remember_outcome(latch, 0, latch_ms)
+if held > by then
+  redis.call('HINCRBY', name, field, -by)
+  if remaining_ttl > 0 then
+    redis.call('PEXPIRE', name, remaining_ttl)
+  end
+  return {0, held - by}
 end
 redis.call('DEL', name)
 redis.call(publish_cmd, channel, '0')
-return remember_outcome(latch, 1, latch_ms)
+return {1, 0}

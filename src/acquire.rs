@@ -4,13 +4,20 @@
 //! One acquisition is a loop of attempts. The first attempt runs without a subscription (the
 //! uncontended path costs exactly one round trip) unless our channel is still subscribed from a
 //! recent wait; if it queues us unsubscribed, we subscribe and attempt again before ever sleeping,
-//! so a release between the first attempt and the subscription cannot be missed. After that we sleep until a message, the hint the script gave (the lock's
-//! TTL when we are the head: nobody announces an expiry), our deadline, or a shutdown.
+//! so a release between the first attempt and the subscription cannot be missed. After that we
+//! sleep until a message, the hint the script gave (the lock's TTL when we are the head: nobody
+//! announces an expiry), our deadline, or a shutdown.
 //!
-//! Every attempt is a boxed future polled by the caller's future. If the caller drops the future
-//! while one is in flight, the attempt itself is handed to the driver, which runs it to its end and
-//! releases a lock granted too late or leaves the queue: no I/O in `Drop`, no task spawned on the
-//! normal path, and nothing is left behind.
+//! Every attempt runs with the turn of the lock's owner field (`held.rs`): it takes its place in
+//! the field's line synchronously, before its first await, so whatever this holder left to the
+//! background earlier (a dropped guard's release, a cancelled wait's give-up) reaches Redis first.
+//! The attempt is a boxed future polled by the caller's future; if the caller drops it while one
+//! is in flight, the attempt itself (turn included) is handed to the driver, which runs it to its
+//! end and releases a lock granted too late or leaves the queue: no I/O in `Drop`, no task spawned
+//! on the normal path, and nothing is left behind.
+//!
+//! This module must never: register a grant without the field's turn, return later than its wait
+//! plus one round trip while Redis answers, or keep a grant made after shutdown.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,12 +25,17 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::client::Inner;
-use crate::config::{ReplicaSync, SyncFailure};
+use crate::config::ReplicaSync;
+use crate::conn::Conn;
+use crate::driver::{AttemptFuture, Handoff, WaiterBeat, Work};
 use crate::error::{duration_ms, Error, Result};
-use crate::guard::LockGuard;
-use crate::ops::{self, AcquireArgs, Attempt, Kind, LockSpec, Mode};
+use crate::guard::{release_logged, Lease, LockGuard, LostReason};
+use crate::held::{next_id, validity_deadline, FieldTurn, FixedHold, Held};
+use crate::keys::{Kind, LockSpec};
+use crate::metrics;
+use crate::ops::{self, AcquireArgs, Attempt, Mode};
+use crate::release::What;
 use crate::subscriber::Subscription;
-use crate::timer::{AttemptFuture, WaiterBeat, Work};
 
 /// What one lock call asks for.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +50,45 @@ pub(crate) struct Request {
 
 /// Runs one acquisition to its end: `Some(guard)`, or `None` when `wait` elapsed.
 pub(crate) async fn acquire(
+    inner: &Arc<Inner>,
+    spec: &Arc<LockSpec>,
+    req: Request,
+) -> Result<Option<LockGuard>> {
+    let mut call = CallRecord {
+        spec,
+        names: inner.config.metrics_lock_names,
+        started: Instant::now(),
+        done: false,
+    };
+    let result = acquire_inner(inner, spec, req).await;
+    call.done = true;
+    let outcome = match &result {
+        Ok(Some(_)) => metrics::Outcome::Acquired,
+        Ok(None) => metrics::Outcome::TimedOut,
+        Err(_) => metrics::Outcome::Error,
+    };
+    metrics::call_ended(spec, call.names, outcome, call.started.elapsed());
+    result
+}
+
+/// Records a lock call that was dropped before it ended as cancelled.
+struct CallRecord<'a> {
+    spec: &'a LockSpec,
+    names: bool,
+    started: Instant,
+    done: bool,
+}
+
+impl Drop for CallRecord<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let waited = self.started.elapsed();
+            metrics::call_ended(self.spec, self.names, metrics::Outcome::Cancelled, waited);
+        }
+    }
+}
+
+async fn acquire_inner(
     inner: &Arc<Inner>,
     spec: &Arc<LockSpec>,
     req: Request,
@@ -62,16 +113,17 @@ pub(crate) async fn acquire(
         }
     };
     let field = inner.field(req.holder);
-    // The last call of this holder ended after a lost reply: its grant may be waiting for us.
-    let unsure = inner.holds.take_unsure(spec, &field);
+    let held = inner.helds.get(inner, spec, &field);
     let span = tracing::debug_span!("acquire", lock = spec.name(), field = &*field);
     let mut waiter = Waiter {
         inner: inner.clone(),
+        held,
         args: AcquireArgs {
             spec: spec.clone(),
             field,
             lease_ms,
             liveness_ms: inner.config.waiter_liveness.as_millis() as i64,
+            redisson_wait_ms: inner.config.redisson_wait.as_millis() as i64,
             mode: if req.wait == Some(Duration::ZERO) {
                 Mode::Try
             } else {
@@ -79,14 +131,15 @@ pub(crate) async fn acquire(
             },
             fenced: req.fenced,
         },
+        lease: req.lease,
         in_flight: None,
         queued: false,
         subscription: None,
         zero_wait: req.wait == Some(Duration::ZERO),
         beat: None,
-        unsure,
+        woken_by_message: None,
     };
-    async move { waiter.run(deadline, req.lease.is_none()).await }
+    async move { waiter.run(deadline).await }
         .instrument(span)
         .await
 }
@@ -108,7 +161,11 @@ fn max_idle(inner: &Inner) -> Duration {
 
 struct Waiter {
     inner: Arc<Inner>,
+    /// The lock and owner field this call works on.
+    held: Arc<Held>,
     args: AcquireArgs,
+    /// `None`: the watchdog keeps the lock.
+    lease: Option<Duration>,
     /// The attempt currently running, if the caller is awaiting one.
     in_flight: Option<AttemptFuture>,
     /// We may be in the fair queue (set before the first attempt that can enqueue).
@@ -118,8 +175,8 @@ struct Waiter {
     zero_wait: bool,
     /// Kept alive while we wait; the driver heartbeats it through a `Weak`.
     beat: Option<Arc<WaiterBeat>>,
-    /// The reply to our last attempt was lost: it may have taken the lock.
-    unsure: bool,
+    /// When a message last woke us (for the hand-over metric: release seen → grant).
+    woken_by_message: Option<Instant>,
 }
 
 /// A run of transient errors met by one waiter.
@@ -135,30 +192,8 @@ impl Outage {
     }
 }
 
-/// After a lost acquire reply: `Some(grant)` when Redis counts more holds for our field than this
-/// client does (`ours`), i.e. the lost attempt took the lock, else `None`. A grant taken up gets
-/// its lease again from the probe, so the caller's validity, counted from before the probe, holds.
-async fn adopt(
-    conn: &mut crate::conn::Conn,
-    args: &AcquireArgs,
-    ours: u64,
-) -> Result<Option<Attempt>> {
-    let (count, token) = ops::probe(conn, &args.spec, &args.field, ours, args.lease_ms).await?;
-    if count > ours {
-        tracing::debug!(count, ours, "an attempt whose reply was lost took the lock");
-        return Ok(Some(Attempt::Acquired {
-            token: args.fenced.then_some(token),
-        }));
-    }
-    Ok(None)
-}
-
 impl Waiter {
-    async fn run(
-        &mut self,
-        deadline: Option<Instant>,
-        watchdog: bool,
-    ) -> Result<Option<LockGuard>> {
+    async fn run(&mut self, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
         let mut closed = self.inner.closed.subscribe();
         // A channel still lingering from this holder's last wait is taken at once, so even the
         // first attempt is covered and needs no re-check.
@@ -169,37 +204,53 @@ impl Waiter {
         let mut outage = Outage::default();
         loop {
             let sent = Instant::now();
-            let attempt = match self.attempt().await {
+            let (outcome, turn) = self.attempt().await;
+            let attempt = match outcome {
                 Ok(attempt) => {
                     outage.end();
                     attempt
                 }
                 Err(e) => {
+                    drop(turn);
                     self.ride_out(e, &mut outage, deadline, &mut closed).await?;
                     continue;
                 }
             };
             match attempt {
-                Attempt::Acquired { token } => {
+                Attempt::Acquired { token, .. } => {
                     self.queued = false;
-                    let held = self.inner.holds.acquired(
-                        &self.inner,
-                        &self.args.spec,
-                        &self.args.field,
-                        self.args.lease_ms,
-                        watchdog,
-                        sent,
-                    );
-                    tracing::debug!(waited = ?sent.elapsed(), "acquired");
-                    return Ok(Some(LockGuard::new(held, token)));
+                    if let Some(woken) = self.woken_by_message {
+                        let names = self.inner.config.metrics_lock_names;
+                        metrics::handover(&self.args.spec, names, woken.elapsed());
+                    }
+                    return self.granted(turn, sent, token).await.map(Some);
                 }
                 Attempt::Waiting { .. } if self.zero_wait => return Ok(None),
-                Attempt::Waiting { hint_ms } => {
+                Attempt::Waiting { hint_ms, queued_at } => {
+                    drop(turn);
+                    if let Some(position) = queued_at {
+                        let names = self.inner.config.metrics_lock_names;
+                        metrics::queued_at(&self.args.spec, names, position);
+                    }
                     if self.args.spec.kind == Kind::Fair {
                         self.args.mode = Mode::Requeue;
                     }
                     if self.subscription.is_none() {
-                        if let Err(e) = self.subscribe().await {
+                        // Bounded by our deadline: a slow subscribe must not stretch a try_lock.
+                        let subscribed = match deadline {
+                            Some(d) => {
+                                match tokio::time::timeout_at(d.into(), self.subscribe()).await {
+                                    Ok(result) => result,
+                                    Err(_) => {
+                                        self.give_up().await?;
+                                        tracing::debug!("wait elapsed while subscribing");
+                                        return Ok(None);
+                                    }
+                                }
+                            }
+                            None => self.subscribe().await,
+                        };
+                        if let Err(e) = subscribed {
                             self.ride_out(e, &mut outage, deadline, &mut closed).await?;
                             continue;
                         }
@@ -226,8 +277,12 @@ impl Waiter {
                         .as_ref()
                         .map(|s| s.notify().clone())
                         .expect("subscribed above");
+                    self.woken_by_message = None;
                     tokio::select! {
-                        _ = notify.notified() => tracing::trace!("woken by message"),
+                        _ = notify.notified() => {
+                            self.woken_by_message = Some(Instant::now());
+                            tracing::trace!("woken by message")
+                        }
                         _ = tokio::time::sleep_until(wake_at.into()) => tracing::trace!("woken by timer"),
                         _ = shut_down(&mut closed) => {
                             let _ = self.give_up().await;
@@ -240,42 +295,79 @@ impl Waiter {
         }
     }
 
-    /// Sends one attempt and waits for it. The attempt is kept in `in_flight` while it runs, so
-    /// a caller that drops us meanwhile hands it to the driver to settle.
-    async fn attempt(&mut self) -> Result<Attempt> {
+    /// Sends one attempt with the field's turn and waits for it. The attempt takes its place in
+    /// the field's line before anything else, and is kept in `in_flight` while it runs, so a
+    /// caller that drops us meanwhile hands it (turn and all) to the driver to settle. Returns
+    /// the outcome with the turn still held, so a grant is registered before anyone else's
+    /// operation on the field.
+    async fn attempt(&mut self) -> (Result<Attempt>, FieldTurn) {
         if self.args.spec.kind == Kind::Fair && self.args.mode != Mode::Try {
             self.queued = true;
         }
+        let entry = self.held.lane.reserve();
         let mut conn = self.inner.conn.clone();
+        let held = self.held.clone();
         let args = self.args.clone();
         let sync = self.inner.config.replica_sync;
         let timeout = self.inner.config.command_timeout;
-        // After a lost reply, first find out whether that attempt took the lock.
-        let ours = self
-            .unsure
-            .then(|| self.inner.holds.count(&self.args.spec, &self.args.field));
         let attempt = self.in_flight.insert(Box::pin(async move {
-            let attempt = match ours {
-                Some(ours) => match adopt(&mut conn, &args, ours).await? {
-                    Some(granted) => granted,
-                    None => ops::acquire(&mut conn, &args).await?,
-                },
-                None => ops::acquire(&mut conn, &args).await?,
-            };
-            match (attempt, sync) {
-                (Attempt::Acquired { .. }, Some(sync)) => {
-                    synced(&mut conn, &args, attempt, sync, timeout).await
-                }
-                _ => Ok(attempt),
-            }
+            let turn = entry.turn().await;
+            let outcome = attempt_with_turn(&mut conn, &held, &turn, &args, sync, timeout).await;
+            (outcome, turn)
         }));
         let outcome = attempt.as_mut().await;
         self.in_flight = None;
-        self.unsure = match &outcome {
-            Ok(_) => false,
-            Err(e) => self.unsure || e.is_ambiguous(),
-        };
         outcome
+    }
+
+    /// Turns a grant into a guard, still holding the turn: the hold joins the field's account
+    /// (its lease, its validity) before any other operation on the field can run. A grant that
+    /// arrives after the client began shutting down is given back instead.
+    async fn granted(
+        &mut self,
+        turn: FieldTurn,
+        sent: Instant,
+        token: Option<u64>,
+    ) -> Result<LockGuard> {
+        if self.inner.check_open().is_err() {
+            // Shutdown releases what it finds; this grant came after it looked (or while it
+            // waited for our turn): give it back here, to its end even if the caller leaves.
+            let held = self.held.clone();
+            let release = Handoff::new(&self.inner.driver.clone(), async move {
+                let _ = release_logged(&held, &turn, What::Orphan).await;
+            });
+            release.run().await;
+            return Err(Error::Shutdown);
+        }
+        let held = &self.held;
+        let watchdog_timeout = self.inner.config.watchdog_timeout;
+        let (gen, lease) = turn.with(|a| {
+            let lease = match self.lease {
+                None => {
+                    a.watchdog_guards += 1;
+                    let valid = validity_deadline(sent, watchdog_timeout);
+                    if a.watchdog_valid.is_none_or(|v| v < valid) {
+                        a.watchdog_valid = Some(valid);
+                    }
+                    Lease::Watchdog
+                }
+                Some(lease) => {
+                    let id = next_id();
+                    a.fixed.push(FixedHold::new(id, sent, lease));
+                    Lease::Fixed { id }
+                }
+            };
+            held.revalidate(a);
+            (a.gen, lease)
+        });
+        let guard = LockGuard::new(held.clone(), gen, held.epoch(), lease, token);
+        self.inner.driver.send_lazy(Work::Acquired {
+            held: held.clone(),
+            watchdog: self.lease.is_none(),
+        });
+        drop(turn);
+        tracing::debug!(waited = ?sent.elapsed(), "acquired");
+        Ok(guard)
     }
 
     /// Handles an error met while waiting. A transient one (see [`Error::is_transient`]) is
@@ -296,12 +388,12 @@ impl Waiter {
         let since = *outage.since.get_or_insert(now);
         let limit = deadline.unwrap_or(since + max_idle(&self.inner));
         if now >= limit {
-            tracing::warn!(error = ?error, outage = ?now - since, "redis still failing; giving up");
+            tracing::warn!(error = %error, outage = ?now - since, "redis still failing; giving up");
             return Err(error);
         }
         outage.retries = outage.retries.saturating_add(1);
-        let pause = ops::retry_backoff(outage.retries).min(limit - now);
-        tracing::warn!(error = ?error, retry_in = ?pause, "transient redis error while acquiring");
+        let pause = crate::retry::retry_backoff(outage.retries).min(limit - now);
+        tracing::warn!(error = %error, retry_in = ?pause, "transient redis error while acquiring");
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
             _ = shut_down(closed) => return Err(Error::Shutdown),
@@ -333,71 +425,75 @@ impl Waiter {
         self.beat = Some(beat);
     }
 
-    /// Leaves the queue now (and wakes the next head if the lock is free).
+    /// Leaves the queue now (and wakes the next head if the lock is free), with the field's turn.
     async fn give_up(&mut self) -> Result<()> {
         if self.queued {
+            let turn = self.held.lane.enter().await;
             let mut conn = self.inner.conn.clone();
             ops::give_up(&mut conn, &self.args.spec, &self.args.field).await?;
+            drop(turn);
             self.queued = false;
         }
         Ok(())
     }
 }
 
-/// Replica sync after a grant (see `Builder::replica_sync`): waits for a replica to acknowledge
-/// the hold just taken. When none does, the hold is released again and the configured reaction
-/// decides: an error, or a `Waiting` outcome so the caller tries again. Runs inside the attempt's
-/// future, so a caller that stops waiting meanwhile leaves the outcome to the driver like any other.
-async fn synced(
-    conn: &mut crate::conn::Conn,
+/// One attempt, with the field's turn: the script, then the account (see `held.rs`), then
+/// replica sync for a grant. A grant that replica sync gives back is released under the same turn.
+async fn attempt_with_turn(
+    conn: &mut Conn,
+    held: &Held,
+    turn: &FieldTurn,
     args: &AcquireArgs,
-    granted: Attempt,
-    sync: ReplicaSync,
+    sync: Option<ReplicaSync>,
     command_timeout: Duration,
 ) -> Result<Attempt> {
-    let slot = crate::keys::slot(args.spec.name());
-    let counted = async {
-        let replicas = ops::connected_replicas(conn, slot).await?;
-        if replicas == 0 {
-            return Ok((0, 0));
-        }
-        let acked =
-            ops::wait_replicas(conn, slot, replicas, sync.timeout.as_millis() as i64).await?;
-        Ok::<_, Error>((replicas, acked))
+    let expected = turn.with(|a| a.count);
+    let reply = ops::acquire(conn, args, expected).await;
+    match &reply {
+        Ok(Attempt::Acquired { count, adopted, .. }) => turn.with(|a| {
+            // What Redis had for us before this attempt: `count - 1`, or for an adopted hold the
+            // count we expected (the hold above it was the one taken up).
+            let before = if *adopted { expected } else { count - 1 };
+            if before < a.count {
+                // Fewer holds than we count: they expired or were deleted without us.
+                held.holds_vanished(a, LostReason::Gone);
+            }
+            a.count = *count;
+            a.dark = false;
+            a.grants += 1;
+        }),
+        Ok(Attempt::Waiting { .. }) => turn.with(|a| {
+            // Not granted, so not re-entered: Redis has no hold of ours on the lock.
+            if a.count > 0 {
+                held.holds_vanished(a, LostReason::Gone);
+            }
+            a.count = 0;
+            a.dark = false;
+        }),
+        // The attempt may have run and its reply been lost: it may hold the lock unseen. The
+        // next operation on the field compares and sets against Redis and finds out.
+        Err(e) if e.is_ambiguous() => turn.with(|a| a.dark = true),
+        Err(_) => {}
     }
-    .await;
-    let outcome = match counted {
-        Ok((0, _)) => return Ok(granted),
-        Ok((_, acked)) if acked > 0 => return Ok(granted),
-        Ok((replicas, _)) => {
-            tracing::warn!(replicas, timeout = ?sync.timeout, "no replica acknowledged the lock; releasing it");
-            match sync.on_failure {
-                SyncFailure::Error => Err(Error::ReplicasNotSynced {
-                    replicas,
-                    timeout: sync.timeout,
-                }),
-                // Try again shortly: the replicas may catch up.
-                SyncFailure::Retry => Ok(Attempt::Waiting { hint_ms: 10 }),
+    match (reply?, sync) {
+        (granted @ Attempt::Acquired { .. }, Some(sync)) => {
+            match crate::replica::synced(conn, args, sync).await {
+                Ok(true) => Ok(granted),
+                outcome => {
+                    // Unsynced, or its sync unknown: the grant is given back before the outcome
+                    // is reported, so a retry does not pile a second hold on it.
+                    crate::release::release(conn, held, turn, What::Orphan, command_timeout)
+                        .await?;
+                    outcome.map(|_| Attempt::Waiting {
+                        hint_ms: 10,
+                        queued_at: None,
+                    })
+                }
             }
         }
-        Err(e) => {
-            tracing::warn!(error = %e, "replica sync failed after a grant; releasing it");
-            Err(e)
-        }
-    };
-    // Unsynced, or its sync unknown: the grant is given back before the outcome is reported, so
-    // a retry does not pile a second hold on it. (If the release cannot get through either, its
-    // error is the one reported; a lost reply marks the call unsure, and the next attempt checks
-    // for the grant first.)
-    ops::release(
-        conn,
-        &args.spec,
-        &args.field,
-        args.lease_ms,
-        command_timeout,
-    )
-    .await?;
-    outcome
+        (attempt, _) => Ok(attempt),
+    }
 }
 
 impl Drop for Waiter {
@@ -408,37 +504,27 @@ impl Drop for Waiter {
         // driver settles: a late grant is released, which publishes the next wake-up.)
         // No I/O here: the driver settles whatever we leave behind.
         if let Some(attempt) = self.in_flight.take() {
-            // If its reply is lost, the attempt may hold the lock unseen: as below, the holder's
-            // next acquisition checks for it first.
-            let inner = self.inner.clone();
-            let (spec, field) = (self.args.spec.clone(), self.args.field.clone());
-            let attempt: AttemptFuture = Box::pin(async move {
-                let outcome = attempt.await;
-                if matches!(&outcome, Err(e) if e.is_ambiguous()) {
-                    inner.holds.mark_unsure(&spec, &field);
-                }
-                outcome
-            });
+            // The attempt keeps its place in the field's line (and its turn, once it has it)
+            // until the driver has settled its outcome.
             self.inner.driver.send(Work::Abandoned {
                 attempt,
+                held: self.held.clone(),
                 args: self.args.clone(),
             });
-        } else {
-            if self.unsure {
-                // We stop right after a lost reply, so that attempt may hold the lock unseen. The
-                // holder's next acquisition adopts it (it checks first); otherwise it expires
-                // with its lease. Releasing it from here could race that next acquisition and
-                // release a hold that is really the caller's.
-                self.inner
-                    .holds
-                    .mark_unsure(&self.args.spec, &self.args.field);
-            }
-            if self.queued {
-                self.inner.driver.send(Work::GiveUp {
-                    spec: self.args.spec.clone(),
-                    field: self.args.field.clone(),
-                });
-            }
+        } else if self.queued {
+            // Our give-up takes its place in the field's line now: the same holder's next
+            // attempt on this lock reaches Redis after it, so a cancel-and-retry never finds (and
+            // refreshes) the entry this give-up is about to remove.
+            let held = self.held.clone();
+            let spec = self.args.spec.clone();
+            let field = self.args.field.clone();
+            self.held.lane.enter_background(move |turn| {
+                let driver = held.inner.driver.clone();
+                driver.send(Work::Finish(Box::pin(async move {
+                    crate::driver::give_up_logged(&held, &spec, &field).await;
+                    drop(turn);
+                })));
+            });
         }
     }
 }

@@ -1,19 +1,24 @@
 //! The client: one command connection, one subscriber connection and one driver task, shared by
 //! every lock handle made from it.
+//!
+//! Background tasks never hold a strong reference to the client: they end when the last handle
+//! and guard are gone. Nothing here blocks or does I/O in `Drop`.
 
 use std::sync::Arc;
 
 use tokio::sync::{oneshot, watch};
 use uuid::Uuid;
 
-use crate::config::{Builder, Config, Topology};
+use crate::config::{Builder, Config};
 use crate::conn::Conn;
+use crate::driver::{DriverHandle, Work};
 use crate::error::{Error, Result};
 use crate::fair::FairLock;
-use crate::guard::{unlock_hold, Holds, LostReason};
+use crate::guard::{release_logged, LostReason};
+use crate::held::Helds;
 use crate::lock::Lock;
+use crate::release::What;
 use crate::subscriber::Subscriber;
-use crate::timer::{DriverHandle, Work};
 
 /// A connection to Redis for taking locks. Cheap to clone; every clone shares the same
 /// connections and background tasks.
@@ -50,7 +55,8 @@ pub(crate) struct Inner {
     pub(crate) conn: Conn,
     pub(crate) subscriber: Subscriber,
     pub(crate) driver: DriverHandle,
-    pub(crate) holds: Holds,
+    /// Every lock and owner field this client works on (see `held.rs`).
+    pub(crate) helds: Helds,
     /// `true` once shut down; waiters watch it.
     pub(crate) closed: watch::Sender<bool>,
     /// The last owner field built: a holder taking many locks (or one lock many times) shares
@@ -99,33 +105,8 @@ impl Client {
     }
 
     pub(crate) async fn start(config: Config) -> Result<Client> {
-        let (conn, cluster_pubsub) = Conn::connect(&config).await?;
-        let subscriber = match (&config.topology, &conn, cluster_pubsub) {
-            (Topology::Standalone(url), _, _) => Subscriber::start(
-                redis::Client::open(url.as_str())?,
-                config.connect_timeout,
-                config.command_timeout,
-            ),
-            (Topology::Sentinel { .. }, Conn::Sentinel(master), _) => Subscriber::start_sentinel(
-                master.clone(),
-                config.connect_timeout,
-                config.command_timeout,
-            ),
-            (Topology::Cluster { .. }, Conn::Cluster { sharded, .. }, Some(pubsub)) => {
-                Subscriber::start_cluster(
-                    pubsub.conn,
-                    *sharded,
-                    pubsub.pushes,
-                    config.connect_timeout,
-                    config.command_timeout,
-                )
-            }
-            _ => {
-                return Err(Error::UnexpectedReply(
-                    "the connection does not match the configured topology".into(),
-                ))
-            }
-        };
+        let (conn, link) = Conn::connect(&config).await?;
+        let subscriber = Subscriber::start(link, config.connect_timeout, config.command_timeout);
         let driver = DriverHandle::start(conn.clone(), &config);
         let id = Uuid::new_v4();
         check_eviction_policy(&mut conn.clone()).await;
@@ -136,7 +117,7 @@ impl Client {
             conn,
             subscriber,
             driver,
-            holds: Holds::default(),
+            helds: Helds::default(),
             closed: watch::Sender::new(false),
             last_field: std::sync::Mutex::new(None),
         });
@@ -168,8 +149,10 @@ impl Client {
 
     /// Shuts the client down: every pending lock call returns [`Error::Shutdown`] (leaving its
     /// queue), every held lock is released and its guards' [`lost`](crate::LockGuard::lost)
-    /// resolve with [`LostReason::Shutdown`], and the background tasks stop. Later calls return
-    /// [`Error::Shutdown`]. Calling it again does nothing.
+    /// resolve with [`LostReason::Shutdown`], and the background tasks stop. A grant that
+    /// arrives for a call still in flight is given back at once, and that call returns
+    /// [`Error::Shutdown`] too. Later calls return [`Error::Shutdown`]. Calling it again does
+    /// nothing.
     ///
     /// # Cancel safety
     /// Not cancel safe in full: the client is marked shut down at once, but if the future is
@@ -180,19 +163,32 @@ impl Client {
             return;
         }
         self.inner.subscriber.wake_all();
-        for held in self.inner.holds.all() {
-            held.mark_lost(LostReason::Shutdown);
-            let holds = held.local_holds();
-            for _ in 0..holds {
-                if unlock_hold(&held).await.is_err() {
-                    break;
-                }
-            }
+        // Each field in its own line: an operation in flight (an attempt whose grant this call
+        // may then give back itself) ends first, and what comes after finds the client closed.
+        for held in self.inner.helds.all() {
+            let turn = held.lane.enter().await;
+            let _ = release_logged(&held, &turn, What::All).await;
+            turn.with(|a| held.holds_vanished(a, LostReason::Shutdown));
         }
         let (tx, rx) = oneshot::channel();
         self.inner.driver.send(Work::Shutdown(tx));
         let _ = rx.await;
         tracing::debug!(client = %self.inner.id, "fairlock client shut down");
+    }
+}
+
+impl Builder {
+    /// Validates the settings, connects, and starts the client's background tasks.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad setting (before any I/O), [`Error::Redis`] when Redis
+    /// cannot be reached within the connect timeout.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future before it completes leaves nothing running.
+    pub async fn build(self) -> Result<Client> {
+        let config = self.validate()?;
+        Client::start(config).await
     }
 }
 

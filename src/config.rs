@@ -1,9 +1,11 @@
 //! Client configuration: the builder, its defaults and its validation.
+//!
+//! It must never do I/O: every setting is checked by `validate()`, with a typed error, before a
+//! client connects (`Builder::build` lives in `client.rs`).
 
 use std::fmt;
 use std::time::Duration;
 
-use crate::client::Client;
 use crate::error::{duration_ms, Error, Result};
 
 /// Default watchdog timeout: the TTL of a lock taken without a lease (Redisson's 30 s).
@@ -21,11 +23,13 @@ pub const DEFAULT_TIMER_TICK: Duration = Duration::from_millis(100);
 pub const DEFAULT_TIMER_SLOTS: usize = 1024;
 /// Default number of locks renewed (or waiters refreshed) by one script call.
 pub const DEFAULT_BATCH_SIZE: usize = 100;
+/// Default bound of the wait a Redisson client passes to its fair lock: the 5 minutes its
+/// `lock()` uses (Redisson's `threadWaitTime`).
+pub const DEFAULT_REDISSON_WAIT: Duration = Duration::from_secs(300);
 
 /// Which Redis deployment the client talks to.
 #[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Topology {
+pub(crate) enum Topology {
     /// One Redis server (or a master whose replicas the client does not follow).
     Standalone(String),
     /// A Redis Cluster, reached through any of these seed nodes.
@@ -154,9 +158,11 @@ pub(crate) struct Config {
     pub(crate) timer_slots: usize,
     pub(crate) batch_size: usize,
     pub(crate) replica_sync: Option<ReplicaSync>,
+    pub(crate) redisson_wait: Duration,
+    pub(crate) metrics_lock_names: bool,
 }
 
-/// Builds a [`Client`] with every knob explicit. Each setter documents its default.
+/// Builds a [`Client`](crate::Client) with every knob explicit. Each setter documents its default.
 ///
 /// ```no_run
 /// # async fn demo() -> fairlock::Result<()> {
@@ -181,6 +187,8 @@ pub struct Builder {
     timer_slots: usize,
     batch_size: usize,
     replica_sync: Option<ReplicaSync>,
+    redisson_wait: Duration,
+    metrics_lock_names: bool,
 }
 
 impl Default for Builder {
@@ -197,12 +205,14 @@ impl Default for Builder {
             timer_slots: DEFAULT_TIMER_SLOTS,
             batch_size: DEFAULT_BATCH_SIZE,
             replica_sync: None,
+            redisson_wait: DEFAULT_REDISSON_WAIT,
+            metrics_lock_names: false,
         }
     }
 }
 
 impl Builder {
-    /// A builder with every default. Same as [`Client::builder`].
+    /// A builder with every default. Same as [`Client::builder`](crate::Client::builder).
     pub fn new() -> Self {
         Self::default()
     }
@@ -211,6 +221,7 @@ impl Builder {
     /// [`standalone`](Self::standalone), [`cluster`](Self::cluster) and
     /// [`sentinel`](Self::sentinel) is required; the last call
     /// wins.
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn standalone(mut self, url: impl Into<String>) -> Self {
         self.topology = Some(Topology::Standalone(url.into()));
         self
@@ -249,6 +260,7 @@ impl Builder {
     /// # Ok(())
     /// # }
     /// ```
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn cluster<I, S>(mut self, nodes: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -294,6 +306,7 @@ impl Builder {
     /// # Ok(())
     /// # }
     /// ```
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn sentinel<I, S>(mut self, master_name: impl Into<String>, sentinels: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -310,6 +323,7 @@ impl Builder {
     /// it requires authentication: `username` `None` authenticates with the password alone
     /// (`requirepass`), `Some(user)` as that ACL user. Credentials for the sentinels themselves go
     /// in their URLs. Only valid with [`sentinel`](Self::sentinel).
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn sentinel_master_auth(
         mut self,
         username: Option<&str>,
@@ -324,6 +338,7 @@ impl Builder {
 
     /// How release messages travel on a cluster (see [`PubSubMode`]). Defaults to
     /// [`PubSubMode::Auto`]. Ignored outside a cluster, where messages always use classic pub/sub.
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn pubsub_mode(mut self, mode: PubSubMode) -> Self {
         self.pubsub = mode;
         if let Some(Topology::Cluster { pubsub, .. }) = &mut self.topology {
@@ -334,6 +349,7 @@ impl Builder {
 
     /// TTL of locks taken without a lease; the watchdog renews them every third of it.
     /// Defaults to [`DEFAULT_WATCHDOG_TIMEOUT`] (30 s), as in Redisson. Must be at least 30 ms.
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
         self
@@ -343,6 +359,7 @@ impl Builder {
     /// are refreshed every third of it, so they are never purged however long the queue; a waiter
     /// whose process died is purged after at most this long. Defaults to
     /// [`DEFAULT_WAITER_LIVENESS`] (5 s). Must be at least 30 ms.
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn waiter_liveness(mut self, window: Duration) -> Self {
         self.waiter_liveness = window;
         self
@@ -351,12 +368,14 @@ impl Builder {
     /// Upper bound of one Redis round trip; a command that takes longer fails with a timeout
     /// error. Bounds how long `try_lock` can overrun its wait while Redis is unreachable.
     /// Defaults to [`DEFAULT_COMMAND_TIMEOUT`] (3 s).
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
     }
 
     /// Upper bound for opening a connection. Defaults to [`DEFAULT_CONNECT_TIMEOUT`] (3 s).
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -365,12 +384,14 @@ impl Builder {
     /// Tick of the timing wheel that drives renewals and heartbeats. Defaults to
     /// [`DEFAULT_TIMER_TICK`] (100 ms). Must be between 1 ms and a third of the smaller of the
     /// watchdog timeout and the waiter liveness window.
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn timer_tick(mut self, tick: Duration) -> Self {
         self.timer_tick = tick;
         self
     }
 
     /// Slots of the timing wheel. Defaults to [`DEFAULT_TIMER_SLOTS`] (1024).
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn timer_slots(mut self, slots: usize) -> Self {
         self.timer_slots = slots;
         self
@@ -379,8 +400,36 @@ impl Builder {
     /// Locks renewed (or waiters refreshed) per script call; calls due together are pipelined,
     /// ten calls per pipeline.
     /// Defaults to [`DEFAULT_BATCH_SIZE`] (100). Between 1 and 1000.
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn batch_size(mut self, size: usize) -> Self {
         self.batch_size = size;
+        self
+    }
+
+    /// The longest wait a Redisson client passes to its fair lock on the names this client
+    /// shares with it: its `lock()` uses 5 minutes, `tryLock(wait, …)` uses `wait`. Defaults to
+    /// [`DEFAULT_REDISSON_WAIT`] (5 minutes).
+    ///
+    /// Every Redisson acquisition (and every timed-out Redisson wait) moves the deadline of each
+    /// waiter behind it that much earlier, fairlock's waiters included (PROTOCOL 4). fairlock's
+    /// waiters keep one such margin in their deadline per Redisson waiter queued, so Redisson's
+    /// purge never takes a live one of ours for dead; whether one of ours is alive is judged by a
+    /// liveness mark Redisson does not touch. A Redisson client that waits longer than this on the
+    /// same fair lock can make a live fairlock waiter lose its place (it then rejoins at the
+    /// head, out of order). Nothing changes for queues without Redisson waiters.
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
+    pub fn redisson_wait(mut self, wait: Duration) -> Self {
+        self.redisson_wait = wait;
+        self
+    }
+
+    /// Label per-lock metrics with the lock's name (`lock="…"`), on top of their kind. Off by
+    /// default: lock names can be unbounded, and every distinct name is a new time series in the
+    /// metrics backend. Only has an effect with the crate's `metrics` feature (see the README for
+    /// every metric).
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
+    pub fn metrics_lock_names(mut self, on: bool) -> Self {
+        self.metrics_lock_names = on;
         self
     }
 
@@ -394,6 +443,7 @@ impl Builder {
     /// This narrows, but does not close, the window in which a failover loses a lock: replication
     /// stays asynchronous and a replica that acknowledged can still lose the write. `WAIT` also
     /// holds up the client's shared command connection until it returns. Off by default.
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn replica_sync(mut self, timeout: Duration, on_failure: SyncFailure) -> Self {
         self.replica_sync = Some(ReplicaSync {
             timeout,
@@ -476,6 +526,7 @@ impl Builder {
         if let Some(sync) = &self.replica_sync {
             duration_ms("replica_sync timeout", sync.timeout)?;
         }
+        duration_ms("redisson_wait", self.redisson_wait)?;
         Ok(Config {
             topology,
             master_auth: self.master_auth.clone(),
@@ -487,20 +538,9 @@ impl Builder {
             timer_slots: self.timer_slots,
             batch_size: self.batch_size,
             replica_sync: self.replica_sync,
+            redisson_wait: self.redisson_wait,
+            metrics_lock_names: self.metrics_lock_names,
         })
-    }
-
-    /// Validates the settings, connects, and starts the client's background tasks.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad setting (before any I/O), [`Error::Redis`] when Redis
-    /// cannot be reached within the connect timeout.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: dropping the future before it completes leaves nothing running.
-    pub async fn build(self) -> Result<Client> {
-        let config = self.validate()?;
-        Client::start(config).await
     }
 }
 

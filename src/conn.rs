@@ -16,7 +16,7 @@ use redis::{Cmd, Pipeline, PushInfo, RedisFuture, Value};
 use tokio::sync::mpsc;
 
 use crate::config::{Config, PubSubMode, Topology};
-use crate::error::Result;
+use crate::error::{timed_out, Result};
 use crate::sentinel::SentinelMaster;
 
 /// A cheap-to-clone handle on the client's command connection.
@@ -44,29 +44,34 @@ impl std::fmt::Debug for Conn {
 /// Push messages (subscription traffic and disconnect notices) of a cluster connection.
 pub(crate) type Pushes = mpsc::UnboundedReceiver<PushInfo>;
 
-/// A cluster's subscription-only connection and its push messages.
-pub(crate) struct ClusterPubSub {
-    pub(crate) conn: ClusterConnection,
-    pub(crate) pushes: Pushes,
+/// What the subscriber opens its pub/sub connection on, per topology; made here beside the
+/// command connection so the two always agree.
+pub(crate) enum PubSubLink {
+    /// A dedicated pub/sub connection to this server.
+    Classic(redis::Client),
+    /// The cluster's subscription-only RESP3 connection, and its push messages.
+    Cluster {
+        conn: ClusterConnection,
+        /// Release messages use `SPUBLISH` / `SSUBSCRIBE`.
+        sharded: bool,
+        pushes: Pushes,
+    },
+    /// A pub/sub connection to the master the sentinels name, moved when it moves.
+    Sentinel(SentinelMaster),
 }
 
 /// How many times redis-rs's cluster client may send a command again by itself: after `MOVED` /
-/// `ASK` (safe: the command did not run), but also after a timeout or a dropped connection, when
-/// it may have run. Its default (16) would let one call take 17 command timeouts and resend an
-/// unlock long after its latch expired; with 2, a call takes at most 3 command timeouts, and
-/// unlocks on a cluster always look their latch up (see [`Conn::may_resend`]). Longer outages are
-/// ridden out by our own retry loops, which know what is safe to repeat.
+/// `ASK` (the command did not run), but also after a timeout or a dropped connection, when it may
+/// have run. Every lock script is a compare-and-set on the holder's count, so a second run of the
+/// same call changes nothing (`held.rs`); the bound only keeps one call within 3 command
+/// timeouts (the default, 16, would allow 17). Longer outages are ridden out by our own retry
+/// loops.
 pub(crate) const CLUSTER_RETRIES: u32 = 2;
 
-/// A timeout of ours (connect, discovery) as a Redis I/O error: transient, and `is_timeout()`.
-pub(crate) fn timed_out(what: &'static str) -> redis::RedisError {
-    redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
-}
-
 impl Conn {
-    /// Opens the command connection for the configured topology; on a cluster also the
-    /// subscription-only connection, for the subscriber.
-    pub(crate) async fn connect(config: &Config) -> Result<(Conn, Option<ClusterPubSub>)> {
+    /// Opens the command connection for the configured topology, and says where the subscriber
+    /// opens its own (on a cluster, the subscription-only connection is opened here too).
+    pub(crate) async fn connect(config: &Config) -> Result<(Conn, PubSubLink)> {
         match &config.topology {
             Topology::Standalone(url) => {
                 let client = redis::Client::open(url.as_str())?;
@@ -76,11 +81,11 @@ impl Conn {
                     .set_number_of_retries(2);
                 let manager = tokio::time::timeout(
                     config.connect_timeout,
-                    ConnectionManager::new_with_config(client, cm_config),
+                    ConnectionManager::new_with_config(client.clone(), cm_config),
                 )
                 .await
                 .map_err(|_| timed_out("connect timed out"))??;
-                Ok((Conn::Standalone(manager), None))
+                Ok((Conn::Standalone(manager), PubSubLink::Classic(client)))
             }
             Topology::Cluster { nodes, pubsub } => {
                 let builder = || {
@@ -111,10 +116,11 @@ impl Conn {
                 };
                 Ok((
                     Conn::Cluster { conn, sharded },
-                    Some(ClusterPubSub {
+                    PubSubLink::Cluster {
                         conn: subscriptions,
+                        sharded,
                         pushes,
-                    }),
+                    },
                 ))
             }
             Topology::Sentinel {
@@ -129,7 +135,7 @@ impl Conn {
                     config.command_timeout,
                 )
                 .await?;
-                Ok((Conn::Sentinel(master), None))
+                Ok((Conn::Sentinel(master.clone()), PubSubLink::Sentinel(master)))
             }
         }
     }
@@ -176,8 +182,8 @@ async fn server_major_version(conn: &mut ClusterConnection) -> Result<u32> {
             RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
         )
         .await?;
-    let text: String = redis::FromRedisValue::from_redis_value(info)
-        .map_err(|e| crate::error::Error::UnexpectedReply(format!("INFO server: {e}")))?;
+    let text: String =
+        redis::FromRedisValue::from_redis_value(info).map_err(redis::RedisError::from)?;
     let major = text
         .lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
@@ -187,13 +193,6 @@ async fn server_major_version(conn: &mut ClusterConnection) -> Result<u32> {
 }
 
 impl Conn {
-    /// Whether the connection itself may send a command again after a timeout (redis-rs's
-    /// cluster client does), so a script can run twice for one call: unlocks then always look
-    /// their latch up.
-    pub(crate) fn may_resend(&self) -> bool {
-        matches!(self, Conn::Cluster { .. })
-    }
-
     fn send<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Standalone(c) => c.req_packed_command(cmd),

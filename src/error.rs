@@ -1,4 +1,7 @@
 //! The crate's one error type.
+//!
+//! It must never lose the Redis error behind a failure: it is kept as the source and shown in the
+//! message, so a log line names the cause.
 
 use std::time::Duration;
 
@@ -6,11 +9,15 @@ use std::time::Duration;
 ///
 /// The enum is `#[non_exhaustive]`: match the variants you handle and keep a wildcard arm. The
 /// `is_*` predicates are the stable way to ask the common questions.
-#[derive(Debug, thiserror::Error)]
+/// It is `Clone` (the Redis error inside is cheap to clone), so one failure can be reported to
+/// every caller it concerns.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Redis answered with an error, or could not be reached. The Redis error is kept as the source.
-    #[error("redis error")]
+    /// Redis answered with an error, could not be reached, or answered in a shape fairlock's
+    /// scripts never produce (a redis-rs parsing error). The Redis error is kept as the source,
+    /// and its text is part of this error's message so that a log line names the cause.
+    #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
 
     /// The lock is not held by this holder: it was released already, it expired, somebody
@@ -57,11 +64,6 @@ pub enum Error {
     /// The client was shut down; no further lock operations are possible.
     #[error("the fairlock client was shut down")]
     Shutdown,
-
-    /// Redis answered in a shape fairlock's scripts never produce (a foreign script under our
-    /// SHA, or a key of the wrong type under a lock name).
-    #[error("unexpected reply from redis: {0}")]
-    UnexpectedReply(String),
 }
 
 impl Error {
@@ -135,6 +137,18 @@ impl Error {
             reason: reason.into(),
         }
     }
+
+    /// A reply of a shape no fairlock script produces, as the redis-rs parsing error it is.
+    pub(crate) fn bad_reply(what: &str, detail: impl std::fmt::Debug) -> Self {
+        let parsing = redis::ParsingError::from(format!("{what}: unexpected reply {detail:?}"));
+        Error::Redis(redis::RedisError::from(parsing))
+    }
+}
+
+/// A timeout of ours (connecting, asking the sentinels) as a Redis I/O error: transient, and
+/// [`Error::is_timeout`] holds for it.
+pub(crate) fn timed_out(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
 }
 
 /// `Result` with fairlock's [`Error`].
@@ -152,4 +166,26 @@ pub(crate) fn duration_ms(argument: &'static str, d: Duration) -> Result<i64> {
     i64::try_from(ms).map_err(|_| {
         Error::invalid_argument(argument, format!("{d:?} does not fit in i64 milliseconds"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_redis_error_shows_its_cause_and_keeps_it_as_source() {
+        let e = Error::from(timed_out("connect timed out"));
+        assert!(e.to_string().contains("connect timed out"), "{e}");
+        assert!(std::error::Error::source(&e).is_some());
+        assert!(e.is_timeout() && e.is_transient());
+        let copy = e.clone();
+        assert_eq!(copy.to_string(), e.to_string());
+    }
+
+    #[test]
+    fn a_bad_reply_is_a_redis_parsing_error() {
+        let e = Error::bad_reply("acquire", [7, 7]);
+        assert!(e.is_redis() && !e.is_transient());
+        assert!(e.to_string().contains("acquire"), "{e}");
+    }
 }

@@ -1,14 +1,11 @@
 //! [`FairLock`]: the public face of the fair lock. The engine is in `acquire.rs`, the scripts in
 //! `lua/fair_*.lua`.
-
-use std::time::Duration;
+//!
+//! No logic and no state of its own: every method delegates to the shared handle (`handle.rs`).
 
 use crate::client::Client;
-use crate::error::Result;
-use crate::guard::LockGuard;
 use crate::handle::Handle;
-use crate::ops::Kind;
-use crate::state::LockState;
+use crate::keys::Kind;
 
 /// A fair, reentrant distributed lock: waiters are granted the lock **in the order they arrived at
 /// Redis**, first come, first served, across every client and process that uses the same name.
@@ -19,7 +16,7 @@ use crate::state::LockState;
 /// * **Mutual exclusion** while the lock's key lives in Redis: only one owner field holds it. A
 ///   lock taken without a lease is renewed by the client's watchdog for as long as its guard
 ///   lives; one taken with a lease expires when the lease runs out. Either way the guard's
-///   [`lost`](LockGuard::lost) future tells the holder when the lock can no longer be trusted.
+///   [`lost`](crate::LockGuard::lost) future tells the holder when the lock can no longer be trusted.
 /// * **FIFO**: a waiter joins the queue on its first attempt; only the queue head may take the
 ///   lock, and only the head is woken when it is released. A later arrival never overtakes an
 ///   earlier one that is still waiting.
@@ -79,118 +76,85 @@ impl FairLock {
         FairLock(Handle::new(client, name, Kind::Fair))
     }
 
-    /// The lock's name (also the Redis key of its owner hash).
-    pub fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    /// Acts as holder `id` instead of the current tokio task: every handle with the same id (in this
-    /// client) is the same holder, so it re-enters instead of waiting. Useful for blocking code, or
-    /// to let several tasks share one hold.
-    pub fn holder(mut self, id: i64) -> Self {
-        self.0.set_holder(id);
-        self
-    }
-
-    /// Makes every acquisition through this handle (re-entries too) increment the lock's fencing
-    /// counter `redisson_lock_token:{NAME}` atomically with the grant; the guard's
-    /// [`fencing_token`](LockGuard::fencing_token) is the new value. See the crate docs on
-    /// [fencing](crate#fencing-tokens) for how to use it at the protected resource.
-    pub fn fenced(mut self) -> Self {
-        self.0.set_fenced();
-        self
-    }
-
-    /// Waits as long as it takes, then holds the lock with the watchdog renewing it (every third
-    /// of the watchdog timeout, 30 s by default) until the guard is released or dropped.
-    ///
-    /// # Errors
-    /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis)
-    /// when Redis fails (the waiter leaves the queue), [`Error::Shutdown`](crate::Error::Shutdown).
-    /// Transient failures ([`Error::is_transient`](crate::Error::is_transient): a dropped
-    /// connection, a failover, a slot on the move) are retried with a backoff for as long as the
-    /// watchdog timeout (or the waiter liveness, if longer); an outage that outlasts it is
-    /// returned as the last error. An attempt whose reply was lost is checked before the next one,
-    /// so a grant made in the dark is taken up, never counted twice. If the call ends in an error
-    /// right after a lost reply, the same holder's next acquisition of the lock checks first and
-    /// takes such a grant up; without one, it expires with its lease.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: dropping the future gives up its place in the queue (from the background, with
-    /// no I/O in `Drop`) and wakes the next waiter; if the lock was granted after the caller
-    /// stopped waiting, it is released again.
-    pub async fn lock(&self) -> Result<LockGuard> {
-        self.0.acquire_unbounded(None).await
-    }
-
-    /// Waits as long as it takes, then holds the lock for at most `lease` (never renewed).
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock); [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
-    /// lease under 1 ms or beyond `i64` milliseconds.
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.0.acquire_unbounded(Some(lease)).await
-    }
-
-    /// Waits at most `wait` for the lock. `lease: None` holds it with the watchdog; `Some(lease)`
-    /// holds it for at most `lease`. Returns `Ok(None)` when `wait` ran out (the waiter has left
-    /// the queue by then). A zero `wait` tries once without joining the queue.
-    ///
-    /// Returns within `wait` plus one Redis round trip (bounded by the client's command timeout),
-    /// also while Redis is unreachable: then with the Redis error.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero lease or a duration
-    /// beyond `i64` milliseconds, [`Error::InvalidName`](crate::Error::InvalidName),
-    /// [`Error::Redis`](crate::Error::Redis), [`Error::Shutdown`](crate::Error::Shutdown).
-    /// Transient failures are retried as in [`lock`](Self::lock), but only until `wait` runs out:
-    /// then the last Redis error is returned (one command timeout after `wait` at the latest).
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(
-        &self,
-        wait: Duration,
-        lease: Option<Duration>,
-    ) -> Result<Option<LockGuard>> {
-        self.0.acquire(Some(wait), lease).await
-    }
-
-    /// Deletes the lock whoever holds it and wakes the next waiter. Returns whether it was held.
-    /// The former holder's guard learns it at its next renewal
-    /// ([`LostReason::Gone`](crate::LostReason::Gone)).
-    ///
-    /// # Cancel safety
-    /// The delete may or may not have happened when the future is dropped.
-    pub async fn force_unlock(&self) -> Result<bool> {
-        self.0.force_unlock().await
-    }
-
-    /// Whether anyone holds the lock.
-    ///
-    /// # Cancel safety
-    /// Cancel safe (a read).
-    pub async fn is_locked(&self) -> Result<bool> {
-        self.0.is_locked().await
-    }
-
-    /// How many holds this handle's holder has on the lock (0 when it holds none).
-    ///
-    /// # Cancel safety
-    /// Cancel safe (a read).
-    pub async fn hold_count(&self) -> Result<u32> {
-        self.0.hold_count().await
-    }
-
-    /// A snapshot of the lock: owner field and hold count, TTL, and the waiter queue with each
-    /// waiter's deadline. Works whoever holds or waits, Java clients included.
-    ///
-    /// # Cancel safety
-    /// Cancel safe (a read).
-    pub async fn state(&self) -> Result<LockState> {
-        self.0.state().await
+    crate::handle::lock_methods! {
+        /// The lock's name (also the Redis key of its owner hash).
+        fn name;
+        /// Acts as holder `id` instead of the current tokio task: every handle with the same id (in this
+        /// client) is the same holder, so it re-enters instead of waiting. Useful for blocking code, or
+        /// to let several tasks share one hold.
+        fn holder;
+        /// Makes every acquisition through this handle (re-entries too) increment the lock's fencing
+        /// counter `redisson_lock_token:{NAME}` atomically with the grant; the guard's
+        /// [`fencing_token`](crate::LockGuard::fencing_token) is the new value. See the crate docs on
+        /// [fencing](crate#fencing-tokens) for how to use it at the protected resource.
+        fn fenced;
+        /// Waits as long as it takes, then holds the lock with the watchdog renewing it (every third
+        /// of the watchdog timeout, 30 s by default) until the guard is released or dropped.
+        ///
+        /// # Errors
+        /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis)
+        /// when Redis fails (the waiter leaves the queue), [`Error::Shutdown`](crate::Error::Shutdown).
+        /// Transient failures ([`Error::is_transient`](crate::Error::is_transient): a dropped
+        /// connection, a failover, a slot on the move) are retried with a backoff for as long as the
+        /// watchdog timeout (or the waiter liveness, if longer); an outage that outlasts it is
+        /// returned as the last error. An attempt whose reply was lost is checked before the next one,
+        /// so a grant made in the dark is taken up, never counted twice. If the call ends in an error
+        /// right after a lost reply, the same holder's next acquisition of the lock checks first and
+        /// takes such a grant up; without one, it expires with its lease.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: dropping the future gives up its place in the queue (from the background, with
+        /// no I/O in `Drop`) and wakes the next waiter; if the lock was granted after the caller
+        /// stopped waiting, it is released again.
+        async fn lock;
+        /// Waits as long as it takes, then holds the lock for at most `lease` (never renewed).
+        ///
+        /// # Errors
+        /// As [`lock`](Self::lock); [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
+        /// lease under 1 ms or beyond `i64` milliseconds.
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`lock`](Self::lock).
+        async fn lock_with_lease;
+        /// Waits at most `wait` for the lock. `lease: None` holds it with the watchdog; `Some(lease)`
+        /// holds it for at most `lease`. Returns `Ok(None)` when `wait` ran out (the waiter has left
+        /// the queue by then). A zero `wait` tries once without joining the queue.
+        ///
+        /// Returns within `wait` plus one Redis round trip (bounded by the client's command timeout),
+        /// also while Redis is unreachable: then with the Redis error.
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero lease or a duration
+        /// beyond `i64` milliseconds, [`Error::InvalidName`](crate::Error::InvalidName),
+        /// [`Error::Redis`](crate::Error::Redis), [`Error::Shutdown`](crate::Error::Shutdown).
+        /// Transient failures are retried as in [`lock`](Self::lock), but only until `wait` runs out:
+        /// then the last Redis error is returned (one command timeout after `wait` at the latest).
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`lock`](Self::lock).
+        async fn try_lock;
+        /// Deletes the lock whoever holds it and wakes the next waiter. Returns whether it was held.
+        /// The former holder's guard learns it at its next renewal
+        /// ([`LostReason::Gone`](crate::LostReason::Gone)).
+        ///
+        /// # Cancel safety
+        /// The delete may or may not have happened when the future is dropped.
+        async fn force_unlock;
+        /// Whether anyone holds the lock.
+        ///
+        /// # Cancel safety
+        /// Cancel safe (a read).
+        async fn is_locked;
+        /// How many holds this handle's holder has on the lock (0 when it holds none).
+        ///
+        /// # Cancel safety
+        /// Cancel safe (a read).
+        async fn hold_count;
+        /// A snapshot of the lock: owner field and hold count, TTL, and the waiter queue with each
+        /// waiter's deadline. Works whoever holds or waits, Java clients included.
+        ///
+        /// # Cancel safety
+        /// Cancel safe (a read).
+        async fn state;
     }
 }

@@ -1,5 +1,8 @@
 //! What `FairLock` and `Lock` share: a named lock on a client, a holder, and every operation.
 //! The public types are thin wrappers that carry the documentation of their own semantics.
+//!
+//! Making a handle must never do I/O or fail: a name that cannot be used is reported by every
+//! operation as `Error::InvalidName`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +15,8 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::holder;
 use crate::keys;
-use crate::ops::{self, Kind, LockSpec};
+use crate::keys::{Kind, LockSpec};
+use crate::ops;
 use crate::state::LockState;
 
 #[derive(Clone, Debug)]
@@ -83,10 +87,7 @@ impl Handle {
     pub(crate) async fn acquire_unbounded(&self, lease: Option<Duration>) -> Result<LockGuard> {
         match self.acquire(None, lease).await? {
             Some(guard) => Ok(guard),
-            // An unbounded wait only ends with the lock or an error.
-            None => Err(Error::UnexpectedReply(
-                "an unbounded wait ended without the lock".into(),
-            )),
+            None => unreachable!("a wait without a deadline ends only with the lock or an error"),
         }
     }
 
@@ -116,3 +117,85 @@ impl Handle {
         Ok(LockState::from_raw(ops::state(&mut conn, spec).await?))
     }
 }
+
+/// Defines the public methods [`FairLock`](crate::FairLock) and [`Lock`](crate::Lock) share, each
+/// a one-line delegation to the type's [`Handle`] (`self.0`). Every type passes its own
+/// documentation for every method, so each keeps the docs of its own semantics; only the bodies
+/// (and the `#[must_use]` of the builder-style setters) are written once, here.
+macro_rules! lock_methods {
+    (
+        $(#[$name:meta])* fn name;
+        $(#[$holder:meta])* fn holder;
+        $(#[$fenced:meta])* fn fenced;
+        $(#[$lock:meta])* async fn lock;
+        $(#[$lease:meta])* async fn lock_with_lease;
+        $(#[$try_lock:meta])* async fn try_lock;
+        $(#[$force:meta])* async fn force_unlock;
+        $(#[$locked:meta])* async fn is_locked;
+        $(#[$count:meta])* async fn hold_count;
+        $(#[$state:meta])* async fn state;
+    ) => {
+        $(#[$name])*
+        pub fn name(&self) -> &str {
+            self.0.name()
+        }
+
+        $(#[$holder])*
+        #[must_use = "holder() returns a new handle; the original is unchanged"]
+        pub fn holder(mut self, id: i64) -> Self {
+            self.0.set_holder(id);
+            self
+        }
+
+        $(#[$fenced])*
+        #[must_use = "fenced() returns a new handle; the original is unchanged"]
+        pub fn fenced(mut self) -> Self {
+            self.0.set_fenced();
+            self
+        }
+
+        $(#[$lock])*
+        pub async fn lock(&self) -> $crate::Result<$crate::LockGuard> {
+            self.0.acquire_unbounded(None).await
+        }
+
+        $(#[$lease])*
+        pub async fn lock_with_lease(
+            &self,
+            lease: std::time::Duration,
+        ) -> $crate::Result<$crate::LockGuard> {
+            self.0.acquire_unbounded(Some(lease)).await
+        }
+
+        $(#[$try_lock])*
+        pub async fn try_lock(
+            &self,
+            wait: std::time::Duration,
+            lease: Option<std::time::Duration>,
+        ) -> $crate::Result<Option<$crate::LockGuard>> {
+            self.0.acquire(Some(wait), lease).await
+        }
+
+        $(#[$force])*
+        pub async fn force_unlock(&self) -> $crate::Result<bool> {
+            self.0.force_unlock().await
+        }
+
+        $(#[$locked])*
+        pub async fn is_locked(&self) -> $crate::Result<bool> {
+            self.0.is_locked().await
+        }
+
+        $(#[$count])*
+        pub async fn hold_count(&self) -> $crate::Result<u32> {
+            self.0.hold_count().await
+        }
+
+        $(#[$state])*
+        pub async fn state(&self) -> $crate::Result<$crate::LockState> {
+            self.0.state().await
+        }
+    };
+}
+
+pub(crate) use lock_methods;

@@ -1,4 +1,7 @@
 //! Default holder ids: who "the same holder" is when the caller does not say.
+//!
+//! It must never hand a thread an id a tokio task could also get (task ids are positive, thread
+//! ids negative).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 

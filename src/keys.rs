@@ -1,4 +1,11 @@
-//! Redis key and channel names of one lock (PROTOCOL 1), and the name checks behind them.
+//! What a lock is on the wire: its kind, every Redis key and channel name derived from its name
+//! (PROTOCOL 1), the name checks behind them, and the cluster slot they all share. Pure data: no
+//! I/O here.
+//!
+//! It must never let one lock's keys straddle cluster slots: in cluster mode `validate` refuses
+//! names whose derived keys would land elsewhere than the name.
+
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
@@ -6,14 +13,14 @@ const RELEASE_CHANNEL_PREFIX: &str = "redisson_lock__channel";
 const QUEUE_PREFIX: &str = "redisson_lock_queue";
 const DEADLINES_PREFIX: &str = "redisson_lock_timeout";
 const TOKEN_PREFIX: &str = "redisson_lock_token";
-const LATCH_PREFIX: &str = "redisson_unlock_latch";
+const LIVENESS_PREFIX: &str = "fairlock_liveness";
 
 /// Every Redis name one lock uses, derived once per handle and kept back to back in one
 /// allocation (a held lock keeps its names for as long as it is held, so this stays small).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
-    /// The owner hash name, release channel, queue, deadline set, fencing counter and latch
-    /// prefix, concatenated.
+    /// The owner hash name, release channel, queue, deadline set, fencing counter and liveness
+    /// set, concatenated.
     buf: Box<str>,
     /// Where each of the six names ends in `buf`.
     ends: [u32; 6],
@@ -31,7 +38,7 @@ impl LockKeys {
             QUEUE_PREFIX,
             DEADLINES_PREFIX,
             TOKEN_PREFIX,
-            LATCH_PREFIX,
+            LIVENESS_PREFIX,
         ]
         .into_iter()
         .enumerate()
@@ -75,8 +82,8 @@ impl LockKeys {
         self.part(4)
     }
 
-    /// Prefix of the unlock latch keys: `<prefix>:<request id>`.
-    pub(crate) fn latch_prefix(&self) -> &str {
+    /// fairlock's own liveness marks of its fair waiters (sorted set; PROTOCOL 7).
+    pub(crate) fn liveness(&self) -> &str {
         self.part(5)
     }
 
@@ -132,8 +139,10 @@ fn crc16(bytes: &[u8]) -> u16 {
     crc
 }
 
-/// Checks a lock name. `cluster` adds the rule that a name with a `{` must carry a valid hash tag:
-/// without one, the prefix rule leaves the derived keys in other slots than the name (CROSSSLOT).
+/// Checks a lock name. `cluster` adds the rule that every key derived from the name lands in
+/// the name's own slot: Redisson's prefix rule only guarantees that for names without braces, or
+/// with a proper hash tag; a name like `a{b` (no tag) or `x}y` (the brace the rule adds closes
+/// early) would spread one lock over several slots (CROSSSLOT).
 pub(crate) fn validate(name: &str, cluster: bool) -> Result<()> {
     if name.is_empty() {
         return Err(Error::InvalidName {
@@ -141,14 +150,63 @@ pub(crate) fn validate(name: &str, cluster: bool) -> Result<()> {
             reason: "a lock name must not be empty",
         });
     }
-    if cluster && name.contains('{') && hash_tag(name).is_none() {
-        return Err(Error::InvalidName {
-            name: name.to_owned(),
-            reason: "in cluster mode a name containing '{' needs a non-empty hash tag like {tag}, \
-                     or its keys would land in different slots",
-        });
+    if cluster {
+        let keys = LockKeys::new(name);
+        let home = slot(name);
+        let derived = [
+            keys.channel(),
+            keys.queue(),
+            keys.deadlines(),
+            keys.token(),
+            keys.liveness(),
+        ];
+        if derived.iter().any(|key| slot(key) != home) {
+            return Err(Error::InvalidName {
+                name: name.to_owned(),
+                reason: "in cluster mode the name's keys must share one slot: use a name without \
+                         braces, or one with a non-empty hash tag like {tag}",
+            });
+        }
     }
     Ok(())
+}
+
+/// Which Redisson layout a lock uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// `RFairLock`: owner hash plus waiter queue and deadline zset.
+    Fair,
+    /// `RLock`: owner hash only; waiters listen on the shared release channel.
+    NonFair,
+}
+
+/// What a handle needs to talk about one lock: its kind and every derived name.
+#[derive(Debug)]
+pub(crate) struct LockSpec {
+    pub(crate) kind: Kind,
+    pub(crate) keys: LockKeys,
+}
+
+impl LockSpec {
+    pub(crate) fn new(kind: Kind, name: &str) -> Arc<Self> {
+        Arc::new(LockSpec {
+            kind,
+            keys: LockKeys::new(name),
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        self.keys.name()
+    }
+
+    /// The channel a waiter of this lock listens on: its own per-waiter channel for a fair lock,
+    /// the shared release channel for a non-fair one.
+    pub(crate) fn wake_channel(&self, field: &str) -> String {
+        match self.kind {
+            Kind::Fair => self.keys.waiter_channel(field),
+            Kind::NonFair => self.keys.channel().to_owned(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -163,7 +221,7 @@ mod tests {
         assert_eq!(k.queue(), "redisson_lock_queue:{orders:42}");
         assert_eq!(k.deadlines(), "redisson_lock_timeout:{orders:42}");
         assert_eq!(k.token(), "redisson_lock_token:{orders:42}");
-        assert_eq!(k.latch_prefix(), "redisson_unlock_latch:{orders:42}");
+        assert_eq!(k.liveness(), "fairlock_liveness:{orders:42}");
         assert_eq!(
             k.waiter_channel("u:7"),
             "redisson_lock__channel:{orders:42}:u:7"
@@ -218,6 +276,13 @@ mod tests {
         ));
         assert!(validate("a{b}", true).is_ok());
         assert!(validate("plain", true).is_ok());
+        // No brace to open a tag, but the one the prefix rule adds closes early: "{x}y}".
+        assert!(matches!(
+            validate("x}y", true),
+            Err(Error::InvalidName { .. })
+        ));
+        assert!(validate("x}y", false).is_ok());
+        assert!(validate("{t}x}y", true).is_ok());
     }
 
     #[test]
@@ -228,7 +293,7 @@ mod tests {
             k.queue(),
             k.deadlines(),
             k.token(),
-            k.latch_prefix(),
+            k.liveness(),
         ] {
             assert_eq!(hash_tag(key), Some("t"));
         }

@@ -57,8 +57,9 @@
 //! # let _ = token; Ok(()) }
 //! ```
 //!
-//! The wire protocol (keys, fields, channels, messages) is Redisson's; see the repository's
-//! `README.md` for what is shared with Java clients and what fairlock does beyond it.
+//! The wire protocol (keys, fields, channels, messages) is Redisson's; the repository's
+//! `docs/PROTOCOL.md` says exactly what is shared with Java clients and what fairlock does beyond
+//! it, and `docs/ARCHITECTURE.md` how the crate is put together.
 
 #![forbid(unsafe_code)]
 #![warn(
@@ -69,29 +70,37 @@
 )]
 
 mod acquire;
+mod batch;
 mod client;
 mod config;
 mod conn;
+mod driver;
 mod error;
 mod fair;
 mod guard;
 mod handle;
+mod held;
 mod holder;
 mod keys;
+mod lane;
 mod lock;
+mod metrics;
 mod ops;
 mod redlock;
+mod release;
+mod replica;
+mod retry;
 mod scripts;
 mod sentinel;
 mod state;
 mod subscriber;
-mod timer;
+mod util;
 
 pub use client::Client;
 pub use config::{
-    Builder, PubSubMode, SyncFailure, Topology, DEFAULT_BATCH_SIZE, DEFAULT_COMMAND_TIMEOUT,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMER_SLOTS, DEFAULT_TIMER_TICK, DEFAULT_WAITER_LIVENESS,
-    DEFAULT_WATCHDOG_TIMEOUT,
+    Builder, PubSubMode, SyncFailure, DEFAULT_BATCH_SIZE, DEFAULT_COMMAND_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_REDISSON_WAIT, DEFAULT_TIMER_SLOTS, DEFAULT_TIMER_TICK,
+    DEFAULT_WAITER_LIVENESS, DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub use error::{Error, Result};
 pub use fair::FairLock;

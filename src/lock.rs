@@ -1,13 +1,10 @@
 //! [`Lock`]: the non-fair lock in Redisson's `RLock` layout.
-
-use std::time::Duration;
+//!
+//! No logic and no state of its own: every method delegates to the shared handle (`handle.rs`).
 
 use crate::client::Client;
-use crate::error::Result;
-use crate::guard::LockGuard;
 use crate::handle::Handle;
-use crate::ops::Kind;
-use crate::state::LockState;
+use crate::keys::Kind;
 
 /// A non-fair, reentrant distributed lock in Redisson's `RLock` layout: one hash per lock, and a
 /// release message on `redisson_lock__channel:{NAME}` that every waiter listens to.
@@ -16,7 +13,7 @@ use crate::state::LockState;
 /// immediately asks again can win over a waiter elsewhere. Within one client, waiters on the same
 /// name share **one** subscription, and each release message wakes **one** of them (no thundering
 /// herd); a woken waiter that loses the race simply waits again. Everything else (reentrancy,
-/// watchdog, leases, [`lost`](LockGuard::lost), fencing, cancel safety) is as for
+/// watchdog, leases, [`lost`](crate::LockGuard::lost), fencing, cancel safety) is as for
 /// [`FairLock`](crate::FairLock), and the same caveats about failover and long pauses apply.
 ///
 /// Unlike the fair lock, releasing a `Lock` whose lease already ran out is
@@ -41,98 +38,65 @@ impl Lock {
         Lock(Handle::new(client, name, Kind::NonFair))
     }
 
-    /// The lock's name (also the Redis key of its owner hash).
-    pub fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    /// Acts as holder `id` instead of the current tokio task (see
-    /// [`FairLock::holder`](crate::FairLock::holder)).
-    pub fn holder(mut self, id: i64) -> Self {
-        self.0.set_holder(id);
-        self
-    }
-
-    /// Hands out a fencing token with every acquisition (see
-    /// [`FairLock::fenced`](crate::FairLock::fenced)).
-    pub fn fenced(mut self) -> Self {
-        self.0.set_fenced();
-        self
-    }
-
-    /// Waits as long as it takes, then holds the lock with the watchdog renewing it.
-    ///
-    /// # Errors
-    /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis),
-    /// [`Error::Shutdown`](crate::Error::Shutdown). Transient failures are retried as
-    /// [`FairLock::lock`](crate::FairLock::lock) describes.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: dropping the future stops waiting without swallowing a wake-up meant for
-    /// another local waiter; if the lock was granted after the caller stopped waiting, it is
-    /// released again.
-    pub async fn lock(&self) -> Result<LockGuard> {
-        self.0.acquire_unbounded(None).await
-    }
-
-    /// Waits as long as it takes, then holds the lock for at most `lease` (never renewed).
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock), plus [`Error::InvalidArgument`](crate::Error::InvalidArgument)
-    /// for a lease under 1 ms or beyond `i64` milliseconds.
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.0.acquire_unbounded(Some(lease)).await
-    }
-
-    /// Waits at most `wait`; `lease: None` uses the watchdog. `Ok(None)` when `wait` ran out.
-    /// Returns within `wait` plus one round trip (bounded by the command timeout).
-    ///
-    /// # Errors
-    /// As [`lock_with_lease`](Self::lock_with_lease); transient failures are retried only until
-    /// `wait` runs out.
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(
-        &self,
-        wait: Duration,
-        lease: Option<Duration>,
-    ) -> Result<Option<LockGuard>> {
-        self.0.acquire(Some(wait), lease).await
-    }
-
-    /// Deletes the lock whoever holds it and publishes the release. Returns whether it was held.
-    ///
-    /// # Cancel safety
-    /// The delete may or may not have happened when the future is dropped.
-    pub async fn force_unlock(&self) -> Result<bool> {
-        self.0.force_unlock().await
-    }
-
-    /// Whether anyone holds the lock.
-    ///
-    /// # Cancel safety
-    /// Cancel safe (a read).
-    pub async fn is_locked(&self) -> Result<bool> {
-        self.0.is_locked().await
-    }
-
-    /// How many holds this handle's holder has on the lock (0 when it holds none).
-    ///
-    /// # Cancel safety
-    /// Cancel safe (a read).
-    pub async fn hold_count(&self) -> Result<u32> {
-        self.0.hold_count().await
-    }
-
-    /// A snapshot of the lock: owner field, hold count and TTL (the queue is always empty).
-    ///
-    /// # Cancel safety
-    /// Cancel safe (a read).
-    pub async fn state(&self) -> Result<LockState> {
-        self.0.state().await
+    crate::handle::lock_methods! {
+        /// The lock's name (also the Redis key of its owner hash).
+        fn name;
+        /// Acts as holder `id` instead of the current tokio task (see
+        /// [`FairLock::holder`](crate::FairLock::holder)).
+        fn holder;
+        /// Hands out a fencing token with every acquisition (see
+        /// [`FairLock::fenced`](crate::FairLock::fenced)).
+        fn fenced;
+        /// Waits as long as it takes, then holds the lock with the watchdog renewing it.
+        ///
+        /// # Errors
+        /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis),
+        /// [`Error::Shutdown`](crate::Error::Shutdown). Transient failures are retried as
+        /// [`FairLock::lock`](crate::FairLock::lock) describes.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: dropping the future stops waiting without swallowing a wake-up meant for
+        /// another local waiter; if the lock was granted after the caller stopped waiting, it is
+        /// released again.
+        async fn lock;
+        /// Waits as long as it takes, then holds the lock for at most `lease` (never renewed).
+        ///
+        /// # Errors
+        /// As [`lock`](Self::lock), plus [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+        /// for a lease under 1 ms or beyond `i64` milliseconds.
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`lock`](Self::lock).
+        async fn lock_with_lease;
+        /// Waits at most `wait`; `lease: None` uses the watchdog. `Ok(None)` when `wait` ran out.
+        /// Returns within `wait` plus one round trip (bounded by the command timeout).
+        ///
+        /// # Errors
+        /// As [`lock_with_lease`](Self::lock_with_lease); transient failures are retried only until
+        /// `wait` runs out.
+        ///
+        /// # Cancel safety
+        /// Cancel safe, as [`lock`](Self::lock).
+        async fn try_lock;
+        /// Deletes the lock whoever holds it and publishes the release. Returns whether it was held.
+        ///
+        /// # Cancel safety
+        /// The delete may or may not have happened when the future is dropped.
+        async fn force_unlock;
+        /// Whether anyone holds the lock.
+        ///
+        /// # Cancel safety
+        /// Cancel safe (a read).
+        async fn is_locked;
+        /// How many holds this handle's holder has on the lock (0 when it holds none).
+        ///
+        /// # Cancel safety
+        /// Cancel safe (a read).
+        async fn hold_count;
+        /// A snapshot of the lock: owner field, hold count and TTL (the queue is always empty).
+        ///
+        /// # Cancel safety
+        /// Cancel safe (a read).
+        async fn state;
     }
 }

@@ -5,6 +5,9 @@
 //! master's own [`Client`]. This module only adds the majority rule, the validity window, the
 //! retry loop and the guard that watches a majority of per-master guards. Renewal, background
 //! release, lost-lock notification and cancel safety are the per-master guards' own.
+//!
+//! It must never count one deployment twice towards the majority, or hand out a guard whose
+//! validity window has already run out.
 
 use std::future::{poll_fn, Future};
 use std::task::Poll;
@@ -13,11 +16,11 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::client::Client;
+use crate::driver::drift;
 use crate::error::{duration_ms, Error, Result};
 use crate::guard::{LockGuard, LostReason};
 use crate::holder;
-use crate::ops::join_all;
-use crate::timer::drift;
+use crate::util::join_all;
 
 /// Fixed part of the default per-master timeout (plus 1 % of the lease).
 const NODE_TIMEOUT_BASE: Duration = Duration::from_millis(50);
@@ -144,6 +147,7 @@ impl RedLock {
 
     /// Acts as holder `id` instead of the current tokio task (see
     /// [`FairLock::holder`](crate::FairLock::holder)), on every master.
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn holder(mut self, id: i64) -> Self {
         self.holder = Some(id);
         self
@@ -155,6 +159,7 @@ impl RedLock {
     /// Defaults to 50 ms plus 1 % of the lease (of the watchdog timeout for a lock without a
     /// lease). Keep it well below the lease: the time the slowest master takes is subtracted from
     /// the validity.
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = Some(timeout);
         self
@@ -165,6 +170,7 @@ impl RedLock {
     /// retry in lockstep.
     ///
     /// Defaults to 50 ms.
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn retry_delay(mut self, max: Duration) -> Self {
         self.retry_delay = max;
         self
@@ -304,10 +310,7 @@ impl RedLock {
     async fn acquire_unbounded(&self, lease: Option<Duration>) -> Result<RedLockGuard> {
         match self.acquire(None, lease).await? {
             Some(guard) => Ok(guard),
-            // An unbounded wait only ends with the lock or an error.
-            None => Err(Error::UnexpectedReply(
-                "an unbounded wait ended without the lock".into(),
-            )),
+            None => unreachable!("a wait without a deadline ends only with the lock or an error"),
         }
     }
 
@@ -424,13 +427,13 @@ impl Attempt<'_> {
                     Node::Failed(e) => {
                         // Input errors are the same on every master: no round can succeed.
                         if e.is_invalid_input() {
-                            return Err(clone_input_error(e));
+                            return Err(e.clone());
                         }
                         if e.is_shutdown() {
                             shut_down += 1;
                         }
                         failed += 1;
-                        first_failure.get_or_insert_with(|| describe(e));
+                        first_failure.get_or_insert_with(|| e.to_string());
                     }
                     Node::TimedOut => {
                         failed += 1;
@@ -649,30 +652,7 @@ fn first_error<T>(replies: Vec<Result<T>>) -> Error {
     replies
         .into_iter()
         .find_map(|r| r.err())
-        .unwrap_or_else(|| Error::UnexpectedReply("no master answered".into()))
-}
-
-/// An error with its source (`Error::Redis` displays only "redis error" by itself).
-fn describe(e: &Error) -> String {
-    match std::error::Error::source(e) {
-        Some(source) => format!("{e}: {source}"),
-        None => e.to_string(),
-    }
-}
-
-/// `Error` is not `Clone` (it carries a `RedisError`); the input errors are plain data.
-fn clone_input_error(e: &Error) -> Error {
-    match e {
-        Error::InvalidName { name, reason } => Error::InvalidName {
-            name: name.clone(),
-            reason,
-        },
-        Error::InvalidArgument { argument, reason } => Error::InvalidArgument {
-            argument,
-            reason: reason.clone(),
-        },
-        other => Error::UnexpectedReply(other.to_string()),
-    }
+        .expect("asked only when a reply failed")
 }
 
 /// A xorshift64 generator for retry jitter, seeded from a random v4 UUID (no extra crate; the
@@ -720,19 +700,6 @@ mod tests {
         assert!(distinct.len() > 500, "{}", distinct.len());
         assert_eq!(j.between(hi, hi), hi);
         assert_eq!(j.between(hi, lo), lo);
-    }
-
-    #[tokio::test]
-    async fn join_all_keeps_order_and_waits_for_every_future() {
-        let out = join_all((0..5u64).map(|i| async move {
-            tokio::time::sleep(Duration::from_millis(10 * (5 - i))).await;
-            i
-        }))
-        .await;
-        assert_eq!(out, vec![0, 1, 2, 3, 4]);
-        assert!(join_all(Vec::<std::future::Ready<()>>::new())
-            .await
-            .is_empty());
     }
 
     #[test]

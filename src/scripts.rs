@@ -22,13 +22,6 @@ macro_rules! fair_script {
     };
 }
 
-/// Joins the unlock latch in front of an unlock script at compile time.
-macro_rules! latched {
-    ($source:expr) => {
-        concat!(include_str!("../lua/unlock_latch.lua"), "\n", $source)
-    };
-}
-
 /// One script: its source and the [`Script`] (hash computed on first use). Derefs to the
 /// [`Script`] to build invocations.
 pub(crate) struct Lua {
@@ -60,15 +53,14 @@ macro_rules! scripts {
 
 scripts! {
     FAIR_ACQUIRE = fair_script!("fair_acquire.lua");
-    FAIR_UNLOCK = latched!(fair_script!("fair_unlock.lua"));
+    FAIR_UNLOCK = fair_script!("fair_unlock.lua");
     FAIR_GIVE_UP = fair_script!("fair_give_up.lua");
     FAIR_FORCE_UNLOCK = fair_script!("fair_force_unlock.lua");
     FAIR_HEARTBEAT = fair_script!("fair_heartbeat.lua");
     RENEW = include_str!("../lua/renew.lua");
-    HOLD_PROBE = include_str!("../lua/hold_probe.lua");
     STATE = include_str!("../lua/state.lua");
     LOCK_ACQUIRE = include_str!("../lua/lock_acquire.lua");
-    LOCK_UNLOCK = latched!(include_str!("../lua/lock_unlock.lua"));
+    LOCK_UNLOCK = include_str!("../lua/lock_unlock.lua");
     LOCK_FORCE_UNLOCK = include_str!("../lua/lock_force_unlock.lua");
 }
 

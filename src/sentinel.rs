@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio_stream::StreamExt;
 
 use crate::config::MasterAuth;
-use crate::conn::timed_out;
+use crate::error::timed_out;
 
 /// A cheap-to-clone handle on the current master of one Sentinel-monitored group.
 #[derive(Clone)]

@@ -1,8 +1,17 @@
 //! Inspection types: what `state()` reports about a lock, whoever holds it (Java clients too).
+//!
+//! It must never judge a fairlock waiter by its deadline in the zset (Redisson clients shift it):
+//! fairlock's waiters are judged by their liveness marks, as the scripts judge them.
 
 use std::time::Duration;
 
-use crate::ops::RawState;
+/// What `state.lua` returns, before decoding.
+pub(crate) struct RawState {
+    pub(crate) now_ms: i64,
+    pub(crate) pttl_ms: i64,
+    pub(crate) owners: Vec<(String, i64)>,
+    pub(crate) waiters: Vec<(String, i64, i64)>,
+}
 
 /// A snapshot of one lock, read atomically.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +23,8 @@ pub struct LockState {
     pub ttl: Option<Duration>,
     /// Fair waiters in queue order (always empty for a non-fair lock).
     pub queue: Vec<QueuedWaiter>,
+    /// The server's clock when the snapshot was taken (Unix epoch milliseconds).
+    pub server_time_ms: i64,
 }
 
 impl LockState {
@@ -36,14 +47,24 @@ impl LockState {
             queue: raw
                 .waiters
                 .into_iter()
-                .map(|(field, deadline)| QueuedWaiter {
-                    field,
-                    deadline_ms: (deadline >= 0).then_some(deadline),
-                    expires_in: (deadline >= 0).then(|| {
-                        Duration::from_millis(deadline.saturating_sub(raw.now_ms).max(0) as u64)
-                    }),
+                .map(|(field, deadline, alive_until)| {
+                    let deadline_ms = (deadline >= 0).then_some(deadline);
+                    let alive_until_ms = (alive_until >= 0).then_some(alive_until);
+                    // A fairlock waiter is judged by its liveness mark, any other by its deadline
+                    // (PROTOCOL 7), as the purge in every fair script does.
+                    let judged_by = alive_until_ms.or(deadline_ms);
+                    QueuedWaiter {
+                        field,
+                        deadline_ms,
+                        expires_in: deadline_ms.map(|d| {
+                            Duration::from_millis(d.saturating_sub(raw.now_ms).max(0) as u64)
+                        }),
+                        alive_until_ms,
+                        alive: judged_by.is_some_and(|t| t > raw.now_ms),
+                    }
                 })
                 .collect(),
+            server_time_ms: raw.now_ms,
         }
     }
 }
@@ -80,6 +101,21 @@ pub struct QueuedWaiter {
     pub deadline_ms: Option<i64>,
     /// Time until that deadline, by the server clock at the snapshot.
     pub expires_in: Option<Duration>,
+    /// For a fairlock waiter, the server time (epoch ms) by which its client must refresh its
+    /// liveness mark (`fairlock_liveness:{NAME}`, PROTOCOL 7); `None` for any other waiter
+    /// (a Redisson one), which is judged by its deadline alone.
+    pub alive_until_ms: Option<i64>,
+    /// Whether the waiter looked alive at the snapshot: its liveness mark (fairlock) or its
+    /// deadline (others) had not passed. The next fair script that finds a dead waiter at the
+    /// head of the queue removes it.
+    pub alive: bool,
+}
+
+impl QueuedWaiter {
+    /// Whether the waiter is one of fairlock's (it has a liveness mark).
+    pub fn is_fairlock(&self) -> bool {
+        self.alive_until_ms.is_some()
+    }
 }
 
 #[cfg(test)]
@@ -92,7 +128,12 @@ mod tests {
             now_ms: 1000,
             pttl_ms: 250,
             owners: vec![("abc-def:7".into(), 2)],
-            waiters: vec![("x:1".into(), 1500), ("y:-2".into(), -1)],
+            waiters: vec![
+                ("x:1".into(), 1500, -1),
+                ("y:-2".into(), -1, -1),
+                ("z:3".into(), 900, 1200),
+                ("w:4".into(), 90_000, 990),
+            ],
         });
         assert!(s.is_locked());
         assert_eq!(s.ttl, Some(Duration::from_millis(250)));
@@ -100,6 +141,12 @@ mod tests {
         assert_eq!(s.owners[0].holder_id(), Some(7));
         assert_eq!(s.queue[0].expires_in, Some(Duration::from_millis(500)));
         assert_eq!(s.queue[1].deadline_ms, None);
+        assert!(s.queue[0].alive && !s.queue[0].is_fairlock());
+        assert!(!s.queue[1].alive, "no deadline: dead");
+        // A fairlock waiter is judged by its liveness mark, not its (shifted) deadline.
+        assert!(s.queue[2].alive && s.queue[2].is_fairlock());
+        assert!(!s.queue[3].alive);
+        assert_eq!(s.server_time_ms, 1000);
         let free = LockState::from_raw(RawState {
             now_ms: 0,
             pttl_ms: -2,

@@ -254,7 +254,7 @@ async fn names_that_cannot_share_a_slot_are_rejected_and_watchdog_renews_across_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_stalled_shard_costs_only_its_own_locks_and_unlocks_check_their_latch() {
+async fn one_stalled_shard_costs_only_its_own_locks() {
     let cluster = RedisCluster::start();
     let client = cluster_client_with(&cluster, PubSubMode::Auto, |b| {
         b.watchdog_timeout(Duration::from_secs(3))
@@ -271,26 +271,6 @@ async fn one_stalled_shard_costs_only_its_own_locks_and_unlocks_check_their_latc
                 .lock()
                 .await
                 .unwrap(),
-        );
-    }
-    // On a cluster the connection may send a command again by itself after a timeout, so even a
-    // first unlock looks its latch up (a GET on the lock's master).
-    {
-        let reentry = client
-            .lock(format!("{{{}}}:plain", names[0]))
-            .lock()
-            .await
-            .unwrap();
-        let mut m = master_conn(&cluster, &names[0]);
-        let gets = |m: &mut redis::Connection| {
-            let info: String = redis::cmd("INFO").arg("commandstats").query(m).unwrap();
-            support::command_calls(&info, "get")
-        };
-        let before = gets(&mut m);
-        reentry.unlock().await.unwrap();
-        assert!(
-            gets(&mut m) > before,
-            "the first unlock did not look its latch up"
         );
     }
     // Writes stall on one master (scripts wait, as during a manual failover) for longer than two

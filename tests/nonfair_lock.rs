@@ -20,8 +20,9 @@ async fn lock_uses_the_rlock_layout_and_reenters() {
     let g2 = lock.lock_with_lease(Duration::from_secs(9)).await.unwrap();
     let hash: Vec<(String, i64)> = raw.hgetall("plain-lock").unwrap();
     assert_eq!(hash, vec![(g1.owner_field().to_owned(), 2)]);
+    // The shorter lease of the re-entry never shortens what the watchdog hold needs.
     let pttl: i64 = raw.pttl("plain-lock").unwrap();
-    assert!((8_000..=9_000).contains(&pttl), "{pttl}");
+    assert!((9_000..=30_000).contains(&pttl), "{pttl}");
     assert_eq!(lock.hold_count().await.unwrap(), 2);
     let keys: Vec<String> = raw.keys("*").unwrap();
     assert_eq!(
@@ -207,7 +208,7 @@ async fn a_retried_unlock_never_decrements_twice() {
         .await
         .unwrap();
     c.lock("warm").lock().await.unwrap().unlock().await.unwrap();
-    for (kind, name) in [("fair", "latched-fair"), ("plain", "latched-plain")] {
+    for (kind, name) in [("fair", "resent-fair"), ("plain", "resent-plain")] {
         let (g1, g2, g3) = if kind == "fair" {
             let l = c.fair_lock(name);
             (
@@ -224,8 +225,9 @@ async fn a_retried_unlock_never_decrements_twice() {
             )
         };
         let field = g1.owner_field().to_owned();
-        // Freeze Redis: the release times out and is retried (same request id) while the first
-        // copy still sits unanswered in the socket. When Redis thaws it runs every copy.
+        // Freeze Redis: the release times out and is sent again (the same compare-and-set on the
+        // hold count) while the first copy still sits unanswered in the socket. When Redis thaws
+        // it runs every copy.
         server.pause();
         let result = g1.unlock().await;
         server.resume();
@@ -235,22 +237,19 @@ async fn a_retried_unlock_never_decrements_twice() {
                 .is_err_and(|e| e.is_timeout() || e.is_redis()),
             "{result:?}"
         );
-        wait_until(Duration::from_secs(5), "queued copies ran", || {
-            let latches: Vec<String> = raw
-                .keys(format!("redisson_unlock_latch:{{{name}}}:*"))
-                .unwrap();
-            !latches.is_empty()
-        });
+        // A read on the same multiplexed connection runs after every queued copy.
+        let holds = if kind == "fair" {
+            c.fair_lock(name).hold_count().await
+        } else {
+            c.lock(name).hold_count().await
+        };
+        assert_eq!(holds.unwrap(), 2, "{kind}");
         let count: i64 = raw.hget(name, &field).unwrap();
         assert_eq!(count, 2, "{kind}: exactly one hold released");
-        let latch: Vec<String> = raw
-            .keys(format!("redisson_unlock_latch:{{{name}}}:*"))
-            .unwrap();
-        assert_eq!(latch.len(), 1);
-        assert_eq!(
-            latch[0].rsplit(':').next().unwrap().len(),
-            32,
-            "32 hex request id"
+        let latches: Vec<String> = raw.keys("redisson_unlock_latch:*").unwrap();
+        assert!(
+            latches.is_empty(),
+            "no latch key is ever written: {latches:?}"
         );
         g2.unlock().await.unwrap();
         g3.unlock().await.unwrap();

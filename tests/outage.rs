@@ -213,7 +213,7 @@ async fn unlock_retries_through_a_short_freeze_and_releases_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancelled_call_whose_attempt_lost_its_reply_leaves_the_grant_to_the_next_call() {
+async fn a_cancelled_call_whose_attempt_lost_its_reply_leaves_nothing_behind() {
     let gave_up = EventCount::watch("give-up failed", "abandoned-dark");
     let server = RedisServer::start();
     let c = client(&server, Duration::from_millis(300)).await;
@@ -221,7 +221,8 @@ async fn a_cancelled_call_whose_attempt_lost_its_reply_leaves_the_grant_to_the_n
     lock.lock().await.unwrap().unlock().await.unwrap();
     server.pause();
     // The caller stops waiting while its attempt is in flight; the client settles the attempt,
-    // which times out (its reply is lost), then tries to leave the queue, which times out too.
+    // which times out (its reply is lost), so the settle sends a release of whatever that attempt
+    // may have taken, and then leaves the queue; both time out too, and stay queued in Redis.
     let cancelled = tokio::time::timeout(Duration::from_millis(100), lock.lock()).await;
     assert!(cancelled.is_err());
     wait_until_async(Duration::from_secs(10), "the give-up failed", || async {
@@ -230,16 +231,20 @@ async fn a_cancelled_call_whose_attempt_lost_its_reply_leaves_the_grant_to_the_n
     .await;
     server.resume();
     let mut raw = server.conn();
-    // Once Redis thaws, the attempt runs and grants the lock to nobody who knows it.
-    wait_until(Duration::from_secs(10), "the grant in the dark", || {
-        raw.exists::<_, bool>("abandoned-dark").unwrap()
-    });
-    // The holder's next call takes that grant up instead of stacking a second hold on it.
+    // Once Redis thaws it runs the attempt (a grant to nobody who knows it), then the settle's
+    // release of exactly that grant: a read on the client's own connection comes after both.
+    assert!(
+        !lock.is_locked().await.unwrap(),
+        "the grant made in the dark is given back"
+    );
+    let state = lock.state().await.unwrap();
+    assert!(state.queue.is_empty(), "{state:?}");
+    // The holder's next call starts from a clean slate: one hold, not two.
     let guard = lock
         .try_lock(Duration::from_secs(5), None)
         .await
         .unwrap()
-        .expect("the grant made in the dark is ours");
+        .expect("free");
     assert_eq!(
         raw.hgetall::<_, Vec<(String, i64)>>("abandoned-dark")
             .unwrap(),

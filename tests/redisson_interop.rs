@@ -890,6 +890,9 @@ async fn inspection_of_java_holds(
             waiter.expires_in.unwrap() > Duration::from_secs(290),
             "{waiter:?}"
         );
+        // A Java waiter has no fairlock liveness mark; it is judged by its deadline.
+        assert_eq!(waiter.alive_until_ms, None, "{waiter:?}");
+        assert!(waiter.alive, "{waiter:?}");
     }
     assert!(
         state.queue[1].deadline_ms.unwrap() - state.queue[0].deadline_ms.unwrap() >= 290_000,

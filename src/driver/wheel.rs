@@ -28,14 +28,10 @@
 
 use std::fmt;
 
-/// Defaults the driver uses.
-#[allow(dead_code)]
-pub(crate) const DEFAULT_SLOTS: usize = 1024;
-
-/// Marks the end of a list (and of the free list).
 /// Slab index (u32 keeps entries and handles small: a held lock has two timers).
 type Idx = u32;
 
+/// Marks the end of a list (and of the free list).
 const NIL: Idx = Idx::MAX;
 
 /// Names one scheduled entry; stays invalid forever once the entry fired or was cancelled.
@@ -133,7 +129,7 @@ impl<T> Wheel<T> {
     }
 
     /// How many entries are scheduled.
-    #[allow(dead_code)]
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -206,7 +202,6 @@ impl<T> Wheel<T> {
     }
 
     /// The value of a live entry, without cancelling it.
-    #[allow(dead_code)]
     pub(crate) fn get(&self, handle: TimerHandle) -> Option<&T> {
         match self.entries.get(handle.index as usize) {
             Some(Entry {
@@ -375,7 +370,7 @@ mod tests {
 
     #[test]
     fn ten_thousand_entries_in_one_slot() {
-        let mut w = Wheel::new(DEFAULT_SLOTS);
+        let mut w = Wheel::new(crate::config::DEFAULT_TIMER_SLOTS);
         let handles: Vec<_> = (0..10_000u64)
             .map(|i| w.insert(7 + 1024 * (i % 3), i))
             .collect();
@@ -442,7 +437,7 @@ mod tests {
     #[test]
     fn large_start_and_flush_to_max() {
         let start = u64::MAX - 10;
-        let mut w = Wheel::with_start(DEFAULT_SLOTS, start);
+        let mut w = Wheel::with_start(crate::config::DEFAULT_TIMER_SLOTS, start);
         assert_eq!(w.current_tick(), start);
         w.insert(u64::MAX, 'z');
         w.insert(start + 3, 'b');

@@ -1,0 +1,273 @@
+//! The watchdog: renewals and validity deadlines of held locks.
+//!
+//! * A lock with a live watchdog hold is renewed every `watchdog_timeout / 3`, on a grid shared by
+//!   every lock of the client, so all renewals due in one tick go out together (`batch.rs`). A
+//!   renewal that comes due while the lock's previous one is still in flight is not sent beside
+//!   it, but if that one then fails it goes out at once rather than a period later (a server
+//!   stalled for longer than the command timeout, e.g. writes paused by a manual failover, must not
+//!   cost a lock whose lease has time left).
+//! * Every held lock has a validity deadline (see `held.rs`); a timer at it marks the guards lost
+//!   for the log and for everyone who only polls (guards also see it lazily, exactly on time).
+//! * A renewal that finds the lock gone, or two failing in a row, tell the holder at once, and
+//!   renewals of that lock stop (its holds expire with their TTL) until it is taken again.
+//!
+//! It must never renew a lock none of whose holds is a live watchdog hold, never let a renewal
+//! reply speak for a grant made after the renewal was sent, and never stop renewing silently:
+//! every way out of the renewal cycle either follows the last watchdog hold's release or marks the
+//! lock lost.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use super::wheel::TimerHandle;
+use super::{Timer, Timers, Work};
+use crate::batch;
+use crate::conn::Conn;
+use crate::error::Result;
+use crate::guard::LostReason;
+use crate::held::Held;
+use crate::metrics;
+
+/// The driver's view of one held lock and owner field.
+#[derive(Debug)]
+struct HeldEntry {
+    held: Weak<Held>,
+    renew: Option<TimerHandle>,
+    validity: Option<TimerHandle>,
+    failures: u8,
+    in_flight: bool,
+    /// A renewal came due while the previous one was still in flight (a slow or stalled
+    /// server); if that one fails, the missed renewal goes out at once instead of a whole
+    /// period later, which could be after the lease ran out.
+    missed: bool,
+}
+
+/// Every held lock the driver tracks, by id.
+pub(super) struct Watchdog {
+    helds: HashMap<u64, HeldEntry>,
+    /// The lease watchdog locks are renewed to.
+    timeout: Duration,
+}
+
+impl Watchdog {
+    pub(super) fn new(timeout: Duration) -> Self {
+        Watchdog {
+            helds: HashMap::new(),
+            timeout,
+        }
+    }
+
+    /// A hold was taken on `held`: (re)arm its validity timer, and its renewals when it is a
+    /// watchdog hold.
+    pub(super) fn on_acquired(&mut self, timers: &mut Timers, held: &Arc<Held>, watchdog: bool) {
+        let id = held.id;
+        let entry = self.helds.entry(id).or_insert_with(|| HeldEntry {
+            held: Arc::downgrade(held),
+            renew: None,
+            validity: None,
+            failures: 0,
+            in_flight: false,
+            missed: false,
+        });
+        if let Some(h) = entry.validity.take() {
+            timers.cancel(h);
+        }
+        entry.validity = held
+            .valid_until()
+            .map(|at| timers.schedule(at, Timer::Validity(id)));
+        if watchdog && entry.renew.is_none() {
+            let at = timers.next_grid(Instant::now(), self.timeout / 3);
+            entry.renew = Some(timers.schedule(at, Timer::Renew(id)));
+            entry.failures = 0;
+        }
+        if entry.validity.is_none() && entry.renew.is_none() {
+            // Released before this lazy registration was looked at.
+            self.forget(timers, id);
+        }
+    }
+
+    /// Stops every timer of an entry.
+    fn forget(&mut self, timers: &mut Timers, id: u64) {
+        if let Some(entry) = self.helds.remove(&id) {
+            for h in [entry.renew, entry.validity].into_iter().flatten() {
+                timers.cancel(h);
+            }
+        }
+    }
+
+    /// Stops renewing an entry (its validity timer stays, if any).
+    fn stop_renewing(&mut self, timers: &mut Timers, id: u64) {
+        let Some(entry) = self.helds.get_mut(&id) else {
+            return;
+        };
+        if let Some(h) = entry.renew.take() {
+            timers.cancel(h);
+        }
+        if entry.validity.is_none() && !entry.in_flight {
+            self.forget(timers, id);
+        }
+    }
+
+    /// A renewal timer fired: schedule the next one and, unless one is still in flight, put the
+    /// entry in this tick's batch (`out`). A lock without a live watchdog hold, or whose validity
+    /// already lapsed, is not renewed any more.
+    pub(super) fn renewal_due(
+        &mut self,
+        timers: &mut Timers,
+        id: u64,
+        now: Instant,
+        out: &mut Vec<u64>,
+    ) {
+        let Some(entry) = self.helds.get_mut(&id) else {
+            return;
+        };
+        entry.renew = None;
+        let renew = entry.held.upgrade().is_some_and(|held| {
+            held.lane.with(|a| a.watchdog_guards > 0) && held.valid_until().is_some_and(|v| v > now)
+        });
+        if !renew {
+            self.stop_renewing(timers, id);
+            return;
+        }
+        if entry.in_flight {
+            entry.missed = true;
+        } else {
+            entry.in_flight = true;
+            out.push(id);
+        }
+        let at = timers.next_grid(now, self.timeout / 3);
+        entry.renew = Some(timers.schedule(at, Timer::Renew(id)));
+    }
+
+    /// A validity timer fired: let the field mark its guards lost if the deadline passed, and
+    /// follow the deadline if it moved.
+    pub(super) fn validity_due(&mut self, timers: &mut Timers, id: u64, now: Instant) {
+        let Some(entry) = self.helds.get_mut(&id) else {
+            return;
+        };
+        entry.validity = None;
+        let Some(held) = entry.held.upgrade() else {
+            self.forget(timers, id);
+            return;
+        };
+        held.lane.with(|a| held.revalidate(a));
+        match held.valid_until() {
+            Some(at) if at > now => {
+                entry.validity = Some(timers.schedule(at, Timer::Validity(id)));
+            }
+            _ => {
+                // Nothing valid any more: the holds are lost (or gone); stop renewing them.
+                self.forget(timers, id);
+            }
+        }
+    }
+
+    /// Sends the renewals of `ids` in one batch, from a spawned task that reports back with
+    /// [`Work::Renewed`].
+    pub(super) fn send_renewals(
+        &mut self,
+        timers: &mut Timers,
+        ids: Vec<u64>,
+        mut conn: Conn,
+        batch: usize,
+        tx: mpsc::UnboundedSender<Work>,
+    ) {
+        let mut items: Vec<(Arc<Held>, u64, u64)> = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.helds.get(&id).and_then(|e| e.held.upgrade()) {
+                Some(held) => {
+                    let grants = held.lane.with(|a| a.grants);
+                    items.push((held, id, grants));
+                }
+                None => self.forget(timers, id),
+            }
+        }
+        let ttl_ms = self.timeout.as_millis() as i64;
+        tracing::debug!(locks = items.len(), "renewing");
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let pairs: Vec<(&str, &str)> = items
+                .iter()
+                .map(|(h, _, _)| (h.name(), &*h.field))
+                .collect();
+            let results = batch::renew(&mut conn, &pairs, ttl_ms, batch).await;
+            drop(pairs);
+            let ids = items.iter().map(|(_, id, grants)| (*id, *grants)).collect();
+            drop(items);
+            let _ = tx.send(Work::Renewed { ids, sent, results });
+        });
+    }
+
+    /// Renewal replies: move validity deadlines on, report lost locks. Returns the entries to
+    /// renew again at once (a renewal missed behind the one that just failed).
+    pub(super) fn on_renewed(
+        &mut self,
+        timers: &mut Timers,
+        ids: Vec<(u64, u64)>,
+        sent: Instant,
+        results: Vec<Result<bool>>,
+    ) -> Vec<u64> {
+        let mut retry = Vec::new();
+        let mut failed = 0usize;
+        let mut first_error = None;
+        for ((id, grants), result) in ids.into_iter().zip(results) {
+            let Some(entry) = self.helds.get_mut(&id) else {
+                continue;
+            };
+            entry.in_flight = false;
+            let missed = std::mem::take(&mut entry.missed);
+            let Some(held) = entry.held.upgrade() else {
+                self.forget(timers, id);
+                continue;
+            };
+            match result {
+                Ok(true) => {
+                    metrics::renewal(metrics::Renewal::Ok);
+                    entry.failures = 0;
+                    held.renewed(sent, self.timeout);
+                    if let Some(h) = entry.validity.take() {
+                        timers.cancel(h);
+                    }
+                    entry.validity = held
+                        .valid_until()
+                        .map(|at| timers.schedule(at, Timer::Validity(id)));
+                    tracing::trace!(lock = held.name(), "renewed");
+                }
+                Ok(false) => {
+                    metrics::renewal(metrics::Renewal::Gone);
+                    // Our field was gone when the renewal ran. A grant since then made a new
+                    // hold, which this reply says nothing about.
+                    if held.lane.with(|a| a.grants == grants) {
+                        held.mark_lost(LostReason::Gone);
+                        self.stop_renewing(timers, id);
+                    }
+                }
+                Err(e) => {
+                    metrics::renewal(metrics::Renewal::Failed);
+                    failed += 1;
+                    first_error.get_or_insert(e);
+                    entry.failures = entry.failures.saturating_add(1);
+                    if entry.failures >= 2 {
+                        held.mark_lost(LostReason::RenewalFailed);
+                        self.stop_renewing(timers, id);
+                    } else if missed {
+                        entry.in_flight = true;
+                        retry.push(id);
+                    }
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            tracing::warn!(error = %e, locks = failed, "lock renewal failed");
+        }
+        retry
+    }
+
+    /// The client shut down: forget every entry (shutdown marked their guards lost).
+    pub(super) fn shutdown(&mut self) {
+        self.helds.clear();
+    }
+}

@@ -1,0 +1,473 @@
+//! What a client knows about one lock and one of its owner fields (`<client uuid>:<holder id>`):
+//! the order of its operations on Redis, how many holds Redis has for the field, which local
+//! guards those holds belong to, until when they can be trusted, and who must be told when they
+//! cannot.
+//!
+//! # The ordering rule
+//!
+//! Every operation that changes what Redis holds for the field (an acquire attempt, a release, a
+//! give-up, settling an attempt whose caller left, the release at shutdown) runs with the turn of
+//! the field's [`Lane`], one at a time, in the order the client issued them. A dropped guard or
+//! waiting future takes its place in that order **synchronously, in `Drop`**, even though its
+//! work runs later in the background; so `drop(guard); lock.lock().await` reaches Redis exactly as
+//! `guard.unlock().await; lock.lock().await` does, on any runtime flavour, and a cancelled wait
+//! leaves the queue before the same holder's next attempt joins it again.
+//!
+//! # The count
+//!
+//! Because nothing else of ours runs on the field between two operations, the hold count every
+//! script replies with is the truth until the next one ([`Account::count`]). Each script is a
+//! compare-and-set on that count (`lua/*acquire.lua`, `lua/*unlock.lua`): an attempt whose reply
+//! was lost is taken up by the next attempt instead of adding a second hold, and a release sent
+//! twice releases once. When Redis shows fewer holds than we count (the lock expired, was
+//! force-unlocked or lost in a failover), the holds of that generation are gone: the
+//! generation changes and its guards never send a release that could eat a newer hold.
+//!
+//! # Holds with different leases
+//!
+//! One rule for every mix of watchdog and fixed-lease holds of one holder on one lock: the lock
+//! lives as long as the longest live hold needs it (acquisitions and renewals never shorten its
+//! TTL; a release sets it to what the remaining holds need), the watchdog renews it while any
+//! watchdog hold lives, and the holds share one fate: every guard's `lost()` resolves when the lock
+//! can no longer be trusted for the holds that are live, at the latest when the longest of them
+//! runs out. When the last local guard goes, every hold of the field is released (orphans of lost
+//! replies included), so the lock is free.
+//!
+//! This module must never: send a release for a hold of an older generation, let a release or
+//! give-up queued by `Drop` run after an operation its task issued later, or move a validity
+//! deadline past a moment at which the guards were already lost without marking them lost first.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::client::Inner;
+use crate::driver::drift;
+use crate::guard::LostReason;
+use crate::keys::LockSpec;
+use crate::lane::{Lane, Turn};
+
+/// A fixed point of the monotonic clock that deadlines are stored relative to.
+fn clock_base() -> Instant {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+fn to_nanos(at: Instant) -> u64 {
+    // 0 means "unset": an instant at the base itself is stored one nanosecond later.
+    (at.saturating_duration_since(clock_base()).as_nanos() as u64).max(1)
+}
+
+fn from_nanos(nanos: u64) -> Instant {
+    clock_base() + Duration::from_nanos(nanos)
+}
+
+/// The validity deadline of a grant or renewal sent at `sent` with a lease of `lease`: the moment
+/// up to which no other client can have taken the lock, allowing for clock drift.
+pub(crate) fn validity_deadline(sent: Instant, lease: Duration) -> Instant {
+    sent + lease.saturating_sub(drift(lease))
+}
+
+/// What one field holds, kept in its lane. Only the turn holder changes `count`, `dark` and
+/// `gen`; the guard accounting is also changed by a guard that detaches (under the lane's mutex).
+#[derive(Debug, Default)]
+pub(crate) struct Account {
+    /// Holds Redis has for the field, as of the last script reply.
+    pub(crate) count: u64,
+    /// The last acquire attempt's reply was lost: Redis may have `count + 1`.
+    pub(crate) dark: bool,
+    /// Bumped when the holds of the field vanished without us (or at shutdown).
+    pub(crate) gen: u64,
+    /// Grants so far (a renewal reply only speaks for the grants made before it was sent).
+    pub(crate) grants: u64,
+    /// Live guards of the current generation taken without a lease.
+    pub(crate) watchdog_guards: u64,
+    /// Validity earned by the last successful grant or renewal of a watchdog hold.
+    pub(crate) watchdog_valid: Option<Instant>,
+    /// Live guards of the current generation with a fixed lease.
+    pub(crate) fixed: Vec<FixedHold>,
+}
+
+/// One live guard with a fixed lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FixedHold {
+    /// The guard's id.
+    pub(crate) id: u64,
+    /// Send time of its grant + its lease: the lock's TTL must reach at least this far.
+    pub(crate) end: Instant,
+    /// `end` minus the drift margin: until when the hold can be trusted.
+    pub(crate) valid: Instant,
+}
+
+impl FixedHold {
+    pub(crate) fn new(id: u64, sent: Instant, lease: Duration) -> Self {
+        FixedHold {
+            id,
+            end: sent + lease,
+            valid: validity_deadline(sent, lease),
+        }
+    }
+}
+
+impl Account {
+    /// Whether any live guard of the current generation remains.
+    pub(crate) fn has_guards(&self) -> bool {
+        self.watchdog_guards > 0 || !self.fixed.is_empty()
+    }
+
+    /// Until when the live holds can be trusted, and whether the watchdog is what sets it.
+    fn validity(&self) -> Option<(Instant, bool)> {
+        let fixed = self
+            .fixed
+            .iter()
+            .map(|h| h.valid)
+            .max()
+            .map(|valid| (valid, false));
+        let watchdog = (self.watchdog_guards > 0)
+            .then_some(self.watchdog_valid)
+            .flatten()
+            .map(|v| (v, true));
+        match (fixed, watchdog) {
+            (Some(f), Some(w)) => Some(if w.0 >= f.0 { w } else { f }),
+            (f, w) => f.or(w),
+        }
+    }
+
+    /// The TTL (ms) the remaining holds need after a release, or -1 to leave the TTL alone (a
+    /// watchdog hold remains and the watchdog keeps it, or nothing local needs the lock).
+    pub(crate) fn remaining_ttl_ms(&self, now: Instant) -> i64 {
+        if self.watchdog_guards > 0 {
+            return -1;
+        }
+        match self.fixed.iter().map(|h| h.end).max() {
+            // Rounded up, so the lock never expires before the hold's lease does.
+            Some(end) => {
+                let left = end.saturating_duration_since(now);
+                (left.as_micros().div_ceil(1000) as i64).max(1)
+            }
+            None => -1,
+        }
+    }
+}
+
+/// Registry key of a field: (kind, name, field). It shares the spec and field rather than copying
+/// the name.
+#[derive(Debug, Clone)]
+struct HeldKey {
+    spec: Arc<LockSpec>,
+    field: Arc<str>,
+}
+
+impl PartialEq for HeldKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.spec.kind == other.spec.kind
+            && self.spec.name() == other.spec.name()
+            && self.field == other.field
+    }
+}
+
+impl Eq for HeldKey {}
+
+impl Hash for HeldKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.spec.kind.hash(state);
+        self.spec.name().hash(state);
+        self.field.hash(state);
+    }
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Unique ids for guards and fields.
+pub(crate) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// One lock and owner field in one client; see the module documentation. Shared by the guards,
+/// the calls working on the field and the watchdog (which keeps only a `Weak`).
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) id: u64,
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) spec: Arc<LockSpec>,
+    pub(crate) field: Arc<str>,
+    pub(crate) lane: Arc<Lane<Account>>,
+    /// Bumped each time the live holds are lost; a guard made before a bump is lost.
+    epoch: AtomicU64,
+    /// Why, and until when the holds could be trusted, for each bump (index = epoch - 1).
+    losses: Mutex<Vec<(LostReason, Instant)>>,
+    /// Wakes `lost()` futures on every bump and every change of the validity deadline.
+    notify: Notify,
+    /// The validity deadline of the live holds ([`to_nanos`]; 0: none).
+    valid_until: AtomicU64,
+    /// The watchdog, not a fixed lease, sets `valid_until`.
+    valid_by_watchdog: AtomicBool,
+    /// The last lapsed deadline marked lost ([`to_nanos`]; 0: none), so one lapse is marked once.
+    lapse_marked: AtomicU64,
+}
+
+impl Held {
+    pub(crate) fn name(&self) -> &str {
+        self.spec.name()
+    }
+
+    /// The current loss epoch (a new guard records it).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Why a guard made at `epoch` is lost, if it is.
+    pub(crate) fn lost_since(&self, epoch: u64) -> Option<LostReason> {
+        if self.epoch() > epoch {
+            let losses = self.losses.lock().unwrap_or_else(|p| p.into_inner());
+            return losses.get(epoch as usize).map(|(reason, _)| *reason);
+        }
+        let v = self.valid_until.load(Ordering::Acquire);
+        (v != 0 && Instant::now() >= from_nanos(v)).then(|| self.validity_reason())
+    }
+
+    /// Until when a guard made at `epoch` can be trusted.
+    pub(crate) fn valid_until_since(&self, epoch: u64) -> Instant {
+        if self.epoch() > epoch {
+            let losses = self.losses.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((_, until)) = losses.get(epoch as usize) {
+                return *until;
+            }
+        }
+        from_nanos(self.valid_until.load(Ordering::Acquire))
+    }
+
+    fn validity_reason(&self) -> LostReason {
+        if self.valid_by_watchdog.load(Ordering::Acquire) {
+            LostReason::ValidityExpired
+        } else {
+            LostReason::LeaseExpired
+        }
+    }
+
+    /// The current validity deadline, if the field has live holds.
+    pub(crate) fn valid_until(&self) -> Option<Instant> {
+        let v = self.valid_until.load(Ordering::Acquire);
+        (v != 0).then(|| from_nanos(v))
+    }
+
+    /// Waits until the next loss or validity change (for `lost()`), registered before the caller
+    /// checks, so nothing in between is missed.
+    pub(crate) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+
+    /// Marks every live guard lost (a new epoch) for `reason`. Must not be called while the
+    /// lane's state is borrowed.
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        let live = self.lane.with(|a| a.has_guards());
+        self.bump(reason, Instant::now());
+        if live {
+            self.report_lost(reason);
+        }
+    }
+
+    /// Logs and counts a loss that affected live guards.
+    fn report_lost(&self, reason: LostReason) {
+        if reason == LostReason::Shutdown {
+            tracing::debug!(lock = self.name(), field = &*self.field, %reason, "lock released");
+        } else {
+            tracing::warn!(lock = self.name(), field = &*self.field, %reason, "lock lost");
+        }
+        let names = self.inner.config.metrics_lock_names;
+        crate::metrics::lost(&self.spec, names, reason);
+    }
+
+    fn bump(&self, reason: LostReason, at: Instant) {
+        let until = match self.valid_until() {
+            Some(v) if v < at => v,
+            _ => at,
+        };
+        let mut losses = self.losses.lock().unwrap_or_else(|p| p.into_inner());
+        losses.push((reason, until));
+        self.epoch.store(losses.len() as u64, Ordering::Release);
+        drop(losses);
+        self.notify.notify_waiters();
+    }
+
+    /// Recomputes the validity deadline from the account. If the deadline in force has passed,
+    /// or the new one already lies in the past (the hold that kept the lock alive was released,
+    /// and the others' leases ran out meanwhile), the guards are marked lost first, so that a
+    /// later grant or renewal never makes a lost guard look valid again. A lapsed deadline is
+    /// cleared once it has been marked, so one lapse is marked once.
+    pub(crate) fn revalidate(&self, account: &Account) {
+        let now = Instant::now();
+        let old = self.valid_until.load(Ordering::Acquire);
+        let new = account.validity();
+        let marked = self.lapse_marked.load(Ordering::Acquire);
+        let lapsed = if old != 0 && now >= from_nanos(old) {
+            Some((self.validity_reason(), from_nanos(old)))
+        } else {
+            match new {
+                Some((until, by_watchdog)) if until <= now && to_nanos(until) > marked => Some((
+                    if by_watchdog {
+                        LostReason::ValidityExpired
+                    } else {
+                        LostReason::LeaseExpired
+                    },
+                    until,
+                )),
+                _ => None,
+            }
+        };
+        if let Some((reason, until)) = lapsed {
+            self.lapse_marked
+                .fetch_max(to_nanos(until), Ordering::AcqRel);
+            self.bump(reason, until);
+            if account.has_guards() {
+                self.report_lost(reason);
+            }
+        }
+        match new {
+            Some((until, by_watchdog)) if until > now => {
+                self.valid_by_watchdog.store(by_watchdog, Ordering::Release);
+                self.valid_until.store(to_nanos(until), Ordering::Release);
+            }
+            _ => self.valid_until.store(0, Ordering::Release),
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// The holds of the current generation are gone from Redis without us: start a new
+    /// generation and tell its guards.
+    pub(crate) fn holds_vanished(&self, account: &mut Account, reason: LostReason) {
+        let had_guards = account.has_guards();
+        account.gen += 1;
+        account.watchdog_guards = 0;
+        account.watchdog_valid = None;
+        account.fixed.clear();
+        self.bump(reason, Instant::now());
+        self.valid_until.store(0, Ordering::Release);
+        if had_guards {
+            self.report_lost(reason);
+        }
+    }
+
+    /// A watchdog renewal sent at `sent` succeeded: the watchdog holds are valid for another
+    /// timeout from then.
+    pub(crate) fn renewed(&self, sent: Instant, timeout: Duration) {
+        self.lane.with(|a| {
+            if a.watchdog_guards == 0 {
+                return;
+            }
+            let valid = validity_deadline(sent, timeout);
+            if a.watchdog_valid.is_none_or(|v| v < valid) {
+                a.watchdog_valid = Some(valid);
+            }
+            self.revalidate(a);
+        });
+    }
+}
+
+/// The client's registry of fields, keyed by (kind, name, field).
+#[derive(Debug, Default)]
+pub(crate) struct Helds {
+    map: Mutex<HashMap<HeldKey, Weak<Held>>>,
+    /// Map size after the last sweep of dead entries: the next sweep comes at twice that.
+    swept_at: AtomicU64,
+}
+
+impl Helds {
+    fn lock(&self) -> MutexGuard<'_, HashMap<HeldKey, Weak<Held>>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The field's state, made on first use. Entries of fields nobody refers to any more are
+    /// swept away as the map grows (amortised O(1) per call).
+    pub(crate) fn get(
+        &self,
+        inner: &Arc<Inner>,
+        spec: &Arc<LockSpec>,
+        field: &Arc<str>,
+    ) -> Arc<Held> {
+        let key = HeldKey {
+            spec: spec.clone(),
+            field: field.clone(),
+        };
+        let mut map = self.lock();
+        if let Some(held) = map.get(&key).and_then(Weak::upgrade) {
+            return held;
+        }
+        let held = Arc::new(Held {
+            id: next_id(),
+            inner: inner.clone(),
+            spec: spec.clone(),
+            field: field.clone(),
+            lane: Lane::new(Account::default()),
+            epoch: AtomicU64::new(0),
+            losses: Mutex::new(Vec::new()),
+            notify: Notify::new(),
+            valid_until: AtomicU64::new(0),
+            valid_by_watchdog: AtomicBool::new(false),
+            lapse_marked: AtomicU64::new(0),
+        });
+        map.insert(key, Arc::downgrade(&held));
+        let swept = self.swept_at.load(Ordering::Relaxed) as usize;
+        if map.len() >= (2 * swept).max(64) {
+            // Dropping the dead `Weak`s frees nothing a live caller uses; no `Held` is dropped
+            // while the map is locked (upgrades above return before we get here).
+            map.retain(|_, w| w.strong_count() > 0);
+            self.swept_at.store(map.len() as u64, Ordering::Relaxed);
+        }
+        held
+    }
+
+    /// Every field with live state (for shutdown).
+    pub(crate) fn all(&self) -> Vec<Arc<Held>> {
+        self.lock().values().filter_map(Weak::upgrade).collect()
+    }
+}
+
+/// The turn on a field's lane.
+pub(crate) type FieldTurn = Turn<Account>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validity_is_the_longest_need_of_the_live_holds() {
+        let t0 = Instant::now();
+        let mut a = Account::default();
+        assert_eq!(a.validity(), None);
+        let five = FixedHold::new(1, t0, Duration::from_secs(5));
+        assert_eq!(five.valid, t0 + Duration::from_millis(5000 - 52));
+        a.fixed.push(five);
+        assert_eq!(a.validity(), Some((five.valid, false)));
+        a.watchdog_guards = 1;
+        a.watchdog_valid = Some(t0 + Duration::from_secs(30));
+        assert_eq!(a.validity(), Some((t0 + Duration::from_secs(30), true)));
+        let sixty = FixedHold::new(2, t0, Duration::from_secs(60));
+        a.fixed.push(sixty);
+        assert_eq!(a.validity(), Some((sixty.valid, false)));
+        // Without live watchdog holds, an old renewal counts for nothing.
+        a.watchdog_guards = 0;
+        a.fixed.clear();
+        assert_eq!(a.validity(), None);
+    }
+
+    #[test]
+    fn a_release_leaves_the_ttl_the_remaining_holds_need() {
+        let now = Instant::now();
+        let mut a = Account::default();
+        assert_eq!(a.remaining_ttl_ms(now), -1);
+        a.fixed
+            .push(FixedHold::new(1, now, Duration::from_millis(1500)));
+        a.fixed
+            .push(FixedHold::new(2, now, Duration::from_millis(700)));
+        assert_eq!(a.remaining_ttl_ms(now), 1500);
+        // A lease that already ran out still leaves a positive TTL (PEXPIRE needs one).
+        assert_eq!(a.remaining_ttl_ms(now + Duration::from_secs(9)), 1);
+        a.watchdog_guards = 1;
+        assert_eq!(a.remaining_ttl_ms(now), -1, "the watchdog keeps it");
+    }
+}

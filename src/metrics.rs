@@ -1,0 +1,142 @@
+//! Metrics through the `metrics` crate facade (cargo feature `metrics`): the application installs
+//! the recorder and exporter it likes (Prometheus, StatsD, …); without the feature every function
+//! here compiles to nothing. The names, types, units and labels are listed in the README.
+//!
+//! Labels: `kind` (`fair` or `plain`) on per-lock metrics, and the lock's name as `lock` only when
+//! the user opted in with `Builder::metrics_lock_names` (names can be unbounded).
+//!
+//! This module must never do I/O, take a lock, or allocate on a path that runs without a
+//! recorder beyond what the facade itself does.
+
+use std::time::Duration;
+
+use crate::guard::LostReason;
+use crate::keys::{Kind, LockSpec};
+
+/// How a lock call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Acquired,
+    TimedOut,
+    Error,
+    Cancelled,
+}
+
+impl Outcome {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Acquired => "acquired",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Error => "error",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// What a renewal reply said about one lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    Ok,
+    Gone,
+    Failed,
+}
+
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+fn kind_label(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Fair => "fair",
+        Kind::NonFair => "plain",
+    }
+}
+
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+fn reason_label(reason: LostReason) -> &'static str {
+    match reason {
+        LostReason::Gone => "gone",
+        LostReason::RenewalFailed => "renewal_failed",
+        LostReason::LeaseExpired => "lease_expired",
+        LostReason::ValidityExpired => "validity_expired",
+        LostReason::Shutdown => "shutdown",
+    }
+}
+
+#[cfg(feature = "metrics")]
+mod imp {
+    use super::*;
+    use metrics::{counter, gauge, histogram, Label};
+
+    fn labels(spec: &LockSpec, names: bool) -> Vec<Label> {
+        let mut labels = vec![Label::from_static_parts("kind", kind_label(spec.kind))];
+        if names {
+            labels.push(Label::new("lock", spec.name().to_owned()));
+        }
+        labels
+    }
+
+    pub(crate) fn call_ended(spec: &LockSpec, names: bool, outcome: Outcome, waited: Duration) {
+        let mut l = labels(spec, names);
+        l.push(Label::from_static_parts("outcome", outcome.label()));
+        counter!("fairlock_acquisitions_total", l.clone()).increment(1);
+        histogram!("fairlock_wait_seconds", l).record(waited.as_secs_f64());
+    }
+
+    pub(crate) fn handover(spec: &LockSpec, names: bool, gap: Duration) {
+        histogram!("fairlock_handover_seconds", labels(spec, names)).record(gap.as_secs_f64());
+    }
+
+    pub(crate) fn held(spec: &LockSpec, names: bool, held: Duration) {
+        histogram!("fairlock_hold_seconds", labels(spec, names)).record(held.as_secs_f64());
+    }
+
+    pub(crate) fn queued_at(spec: &LockSpec, names: bool, position: u64) {
+        histogram!("fairlock_queue_position", labels(spec, names)).record(position as f64);
+    }
+
+    pub(crate) fn lost(spec: &LockSpec, names: bool, reason: LostReason) {
+        let mut l = labels(spec, names);
+        l.push(Label::from_static_parts("reason", reason_label(reason)));
+        counter!("fairlock_lost_total", l).increment(1);
+    }
+
+    pub(crate) fn renewal(result: Renewal) {
+        let result = match result {
+            Renewal::Ok => "ok",
+            Renewal::Gone => "gone",
+            Renewal::Failed => "failed",
+        };
+        counter!("fairlock_renewals_total", "result" => result).increment(1);
+    }
+
+    pub(crate) fn renewal_calls(calls: u64) {
+        counter!("fairlock_renewal_calls_total").increment(calls);
+    }
+
+    pub(crate) fn driver_pending(delta: f64) {
+        gauge!("fairlock_driver_pending").increment(delta);
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+mod imp {
+    use super::*;
+
+    #[inline(always)]
+    pub(crate) fn call_ended(_: &LockSpec, _: bool, _: Outcome, _: Duration) {}
+    #[inline(always)]
+    pub(crate) fn handover(_: &LockSpec, _: bool, _: Duration) {}
+    #[inline(always)]
+    pub(crate) fn held(_: &LockSpec, _: bool, _: Duration) {}
+    #[inline(always)]
+    pub(crate) fn queued_at(_: &LockSpec, _: bool, _: u64) {}
+    #[inline(always)]
+    pub(crate) fn lost(_: &LockSpec, _: bool, _: LostReason) {}
+    #[inline(always)]
+    pub(crate) fn renewal(_: Renewal) {}
+    #[inline(always)]
+    pub(crate) fn renewal_calls(_: u64) {}
+    #[inline(always)]
+    pub(crate) fn driver_pending(_: f64) {}
+}
+
+pub(crate) use imp::*;

@@ -1,0 +1,140 @@
+//! The client's one pub/sub connection, carrying every channel its waiters listen on.
+//!
+//! Waiters register a channel and get a [`Subscription`] whose `Notify` is poked (`notify_one`) for
+//! every message on that channel. Messages are hints, never the truth: a waiter always re-runs its
+//! acquire script after a wake-up, so a spurious wake costs one round trip and a lost one costs
+//! latency, never correctness.
+//!
+//! A channel nobody waits on any more stays subscribed for a short linger period: a holder that
+//! waits again soon (a busy lock, a retry loop) re-takes its live channel without a round trip, and
+//! can make its very first attempt already subscribed.
+//!
+//! Three layers:
+//! * [`registry`]: which channels are wanted, by how many, which are live, which linger; pure.
+//! * [`task`]: the background task that owns the connection, reconciles Redis with the registry,
+//!   reconnects, and wakes everyone after a reconnect.
+//! * [`transport`]: the connection per topology (a RESP2 pub/sub connection, the master Sentinel
+//!   names, or a subscription-only RESP3 cluster connection with its push messages).
+//!
+//! This module must never: do I/O in `Drop` (a dropped [`Subscription`] only marks the registry),
+//! or report a subscription as ready before a message published from then on is sure to reach it.
+
+mod registry;
+mod task;
+mod transport;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use crate::conn::PubSubLink;
+use crate::error::{Error, Result};
+use registry::Registry;
+use task::{Request, Task};
+
+/// Handle on the client's subscriber task.
+#[derive(Debug)]
+pub(crate) struct Subscriber {
+    registry: Arc<Registry>,
+    tx: mpsc::UnboundedSender<Request>,
+}
+
+impl Subscriber {
+    /// Starts the background task on the pub/sub link the connection layer opened.
+    pub(crate) fn start(
+        link: PubSubLink,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+    ) -> Self {
+        let registry = Arc::new(Registry::default());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (transport, pushes) = transport::from_link(link);
+        if let Some(pushes) = pushes {
+            tokio::spawn(transport::read_pushes(
+                pushes,
+                registry.clone(),
+                tx.downgrade(),
+            ));
+        }
+        if let transport::Transport::Sentinel(master) = &transport {
+            tokio::spawn(transport::follow_master(master.moves(), tx.downgrade()));
+        }
+        let task = Task::new(
+            transport,
+            connect_timeout,
+            command_timeout,
+            registry.clone(),
+            tx.downgrade(),
+            rx,
+        );
+        tokio::spawn(task.run());
+        Subscriber { registry, tx }
+    }
+
+    /// Registers interest in `channel` and returns once a message published on it from now on
+    /// will reach the returned subscription (or, while disconnected, once the reconnect is sure to
+    /// wake it).
+    pub(crate) async fn subscribe(&self, channel: String) -> Result<Subscription> {
+        let (notify, live) = self.registry.take(&channel);
+        // From here on the subscription exists, so a dropped future unregisters through Drop.
+        let subscription = Subscription {
+            channel,
+            notify,
+            registry: self.registry.clone(),
+            tx: self.tx.clone(),
+        };
+        if live {
+            return Ok(subscription);
+        }
+        let (ack_tx, ack_rx) = oneshot::channel();
+        self.tx
+            .send(Request::Sync(Some(ack_tx)))
+            .map_err(|_| Error::Shutdown)?;
+        ack_rx.await.map_err(|_| Error::Shutdown)?;
+        Ok(subscription)
+    }
+
+    /// The subscription to `channel` when it is live already (lingering from an earlier wait):
+    /// no round trip, and a message published from now on reaches it.
+    pub(crate) fn subscribe_if_live(&self, channel: &str) -> Option<Subscription> {
+        let notify = self.registry.take_if_live(channel)?;
+        Some(Subscription {
+            channel: channel.to_owned(),
+            notify,
+            registry: self.registry.clone(),
+            tx: self.tx.clone(),
+        })
+    }
+
+    /// Wakes every registered waiter (used on shutdown).
+    pub(crate) fn wake_all(&self) {
+        self.registry.wake_all();
+    }
+}
+
+/// Interest in one channel; dropping it lets the channel linger, then unsubscribes it in the
+/// background if nobody takes it back.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    channel: String,
+    notify: Arc<Notify>,
+    registry: Arc<Registry>,
+    tx: mpsc::UnboundedSender<Request>,
+}
+
+impl Subscription {
+    /// Poked once per message on the channel (a permit is stored when nobody is waiting).
+    pub(crate) fn notify(&self) -> &Arc<Notify> {
+        &self.notify
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if self.registry.release(&self.channel, Instant::now()) {
+            // No I/O here; this only makes the task schedule its sweep.
+            let _ = self.tx.send(Request::Sync(None));
+        }
+    }
+}
