@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit + integration tests against real redis-server
-# processes, doc tests and docs. Installs redis-server first when it is missing.
+# processes and the real Redisson client (tests/redisson_interop.rs), doc tests and docs. Installs
+# redis-server, Java and Redisson's libraries first when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-redis.sh
+echo "== Redisson (for tests/redisson_interop.rs)"
+REDISSON_PEER_CLASSPATH="$(bash scripts/redisson-classpath.sh)"
+export REDISSON_PEER_CLASSPATH
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -9,6 +9,8 @@
 //! - [`wait_until`] / [`wait_until_async`]: poll a condition every 10 ms with a hard deadline;
 //!   [`wait_for`] names the last state seen on timeout; [`wait_until_or`] reports instead of panicking.
 //! - [`wait_for_renewal`], [`kill_replica_links`], [`subscribed_channels`]: failover checks.
+//! - [`JavaPeer`]: a real Redisson client in a child JVM (`interop/redisson/RedissonPeer.java`).
+//! - [`Monitor`]: `MONITOR` on one server, for counting the commands a client sends.
 //! - [`Proxy`]: a TCP proxy in front of a server that delays, drops and resets connections.
 //! - [`history`]: the torture test's event history and its checker; [`redisson_peer`]: a client
 //!   speaking Redisson's lock protocol (PROTOCOL 3-4) with raw commands and its own scripts.
@@ -17,6 +19,8 @@
 mod cluster;
 mod events;
 pub mod history;
+mod java;
+mod monitor;
 mod proxy;
 pub mod redisson_peer;
 mod sentinel;
@@ -26,6 +30,8 @@ mod wait;
 
 pub use cluster::RedisCluster;
 pub use events::EventCount;
+pub use java::{peer_classpath, JavaOptions, JavaPeer, JavaTopology, Pending, Reply};
+pub use monitor::Monitor;
 pub use proxy::{Direction, Proxy};
 pub use sentinel::SentinelGroup;
 pub use server::{info_field, RedisServer};

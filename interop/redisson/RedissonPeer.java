@@ -1,0 +1,253 @@
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.util.Map;
+import java.util.concurrent.CompletionStage;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Function;
+
+import org.redisson.Redisson;
+import org.redisson.RedissonFencedLock;
+import org.redisson.api.RLock;
+import org.redisson.api.RedissonClient;
+import org.redisson.config.ClusterServersConfig;
+import org.redisson.config.Config;
+import org.redisson.config.ReadMode;
+import org.redisson.config.SentinelServersConfig;
+import org.redisson.config.ShardedSubscriptionMode;
+import org.redisson.config.SubscriptionMode;
+
+/**
+ * A Redisson client driven over stdin/stdout by fairlock's interop tests
+ * (tests/redisson_interop.rs).
+ *
+ * <p>One JVM acts as many lock holders: every lock call names the holder ("thread") id explicitly
+ * and uses Redisson's {@code *Async(..., threadId)} API, so a blocking lock of holder 5 and an
+ * unlock of holder 7 can be in flight at once. Each request line starts with a request id that
+ * its reply repeats; a reply may come long after the request (a lock that waits).
+ *
+ * <pre>
+ * arguments:  --single URL | --cluster URL,URL,... | --sentinel MASTER URL,URL,...
+ *             [--watchdog MS] [--sharded auto|on|off] [--subscription master|slave]
+ * stdout:     READY &lt;client uuid&gt;            once Redisson is connected
+ * requests:   ID lock KIND NAME HOLDER LEASE_MS             (LEASE_MS -1: watchdog)
+ *             ID trylock KIND NAME HOLDER WAIT_MS LEASE_MS
+ *             ID unlock KIND NAME HOLDER
+ *             ID force KIND NAME
+ *             ID held KIND NAME HOLDER
+ *             ID ttl KIND NAME
+ *             ID quit
+ * replies:    ID ok [VALUE]      lock: the fencing token for KIND fenced, else nothing;
+ *                                trylock: true|false [token]; force, held: true|false; ttl: ms
+ *             ID err EXCEPTION-CLASS MESSAGE
+ * KIND:       fair (getFairLock), plain (getLock), fenced (getFencedLock)
+ * </pre>
+ */
+public final class RedissonPeer {
+    private final RedissonClient redisson;
+    private final Map<String, RLock> locks = new ConcurrentHashMap<>();
+
+    private RedissonPeer(RedissonClient redisson) {
+        this.redisson = redisson;
+    }
+
+    public static void main(String[] args) throws Exception {
+        RedissonClient redisson = Redisson.create(config(args));
+        RedissonPeer peer = new RedissonPeer(redisson);
+        emit("READY " + redisson.getId());
+        BufferedReader in =
+                new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            if (line.isBlank()) {
+                continue;
+            }
+            String[] words = line.trim().split("\\s+");
+            if (words.length >= 2 && words[1].equals("quit")) {
+                emit(words[0] + " ok");
+                break;
+            }
+            try {
+                peer.handle(words);
+            } catch (RuntimeException e) {
+                failed(words[0], e);
+            }
+        }
+        // End of input (the test is done or died): leave at once; Redis keeps whatever we hold
+        // until its lease runs out, as for any JVM that goes away.
+        System.exit(0);
+    }
+
+    private static Config config(String[] args) {
+        String topology = null;
+        String master = null;
+        String[] urls = null;
+        long watchdog = 30_000;
+        ShardedSubscriptionMode sharded = ShardedSubscriptionMode.AUTO;
+        SubscriptionMode subscription = null;
+        for (int i = 0; i < args.length; i++) {
+            switch (args[i]) {
+                case "--single":
+                case "--cluster":
+                    topology = args[i];
+                    urls = args[++i].split(",");
+                    break;
+                case "--sentinel":
+                    topology = args[i];
+                    master = args[++i];
+                    urls = args[++i].split(",");
+                    break;
+                case "--watchdog":
+                    watchdog = Long.parseLong(args[++i]);
+                    break;
+                case "--sharded":
+                    sharded = ShardedSubscriptionMode.valueOf(args[++i].toUpperCase());
+                    break;
+                case "--subscription":
+                    subscription = SubscriptionMode.valueOf(args[++i].toUpperCase());
+                    break;
+                default:
+                    throw new IllegalArgumentException("unknown argument " + args[i]);
+            }
+        }
+        if (topology == null) {
+            throw new IllegalArgumentException("one of --single, --cluster, --sentinel is required");
+        }
+        Config config = new Config().setLockWatchdogTimeout(watchdog);
+        // Small connection pools (the tests start several JVMs) and reads from the master (so an
+        // inspection never sees a replica lagging behind): neither touches the lock scripts,
+        // which always run on the master.
+        switch (topology) {
+            case "--single":
+                config.useSingleServer()
+                        .setAddress(urls[0])
+                        .setConnectionMinimumIdleSize(2)
+                        .setSubscriptionConnectionMinimumIdleSize(1);
+                break;
+            case "--cluster":
+                ClusterServersConfig cluster = config.useClusterServers()
+                        .addNodeAddress(urls)
+                        .setShardedSubscriptionMode(sharded)
+                        .setMasterConnectionMinimumIdleSize(2)
+                        .setSlaveConnectionMinimumIdleSize(1)
+                        .setSubscriptionConnectionMinimumIdleSize(1)
+                        .setReadMode(ReadMode.MASTER);
+                if (subscription != null) {
+                    cluster.setSubscriptionMode(subscription);
+                }
+                break;
+            default:
+                SentinelServersConfig sentinel = config.useSentinelServers()
+                        .setMasterName(master)
+                        .addSentinelAddress(urls)
+                        .setMasterConnectionMinimumIdleSize(2)
+                        .setSlaveConnectionMinimumIdleSize(1)
+                        .setSubscriptionConnectionMinimumIdleSize(1)
+                        .setReadMode(ReadMode.MASTER);
+                if (subscription != null) {
+                    sentinel.setSubscriptionMode(subscription);
+                }
+                break;
+        }
+        return config;
+    }
+
+    private void handle(String[] w) {
+        String id = w[0];
+        String op = w[1];
+        switch (op) {
+            case "lock": {
+                RLock lock = lock(w[2], w[3]);
+                long holder = Long.parseLong(w[4]);
+                long lease = Long.parseLong(w[5]);
+                if (lock instanceof RedissonFencedLock) {
+                    // The holder-id form is public on the class, not on the RFencedLock interface.
+                    RedissonFencedLock fenced = (RedissonFencedLock) lock;
+                    answer(id,
+                            fenced.tryLockAndGetTokenAsync(-1, lease, TimeUnit.MILLISECONDS, holder),
+                            token -> String.valueOf(token));
+                } else {
+                    answer(id, lock.lockAsync(lease, TimeUnit.MILLISECONDS, holder), v -> "");
+                }
+                break;
+            }
+            case "trylock": {
+                RLock lock = lock(w[2], w[3]);
+                long holder = Long.parseLong(w[4]);
+                long wait = Long.parseLong(w[5]);
+                long lease = Long.parseLong(w[6]);
+                if (lock instanceof RedissonFencedLock) {
+                    RedissonFencedLock fenced = (RedissonFencedLock) lock;
+                    answer(id,
+                            fenced.tryLockAndGetTokenAsync(wait, lease, TimeUnit.MILLISECONDS, holder),
+                            token -> token == null ? "false" : "true " + token);
+                } else {
+                    answer(id, lock.tryLockAsync(wait, lease, TimeUnit.MILLISECONDS, holder),
+                            String::valueOf);
+                }
+                break;
+            }
+            case "unlock":
+                answer(id, lock(w[2], w[3]).unlockAsync(Long.parseLong(w[4])), v -> "");
+                break;
+            case "force":
+                answer(id, lock(w[2], w[3]).forceUnlockAsync(), String::valueOf);
+                break;
+            case "held":
+                answer(id, lock(w[2], w[3]).isHeldByThreadAsync(Long.parseLong(w[4])),
+                        String::valueOf);
+                break;
+            case "ttl":
+                answer(id, lock(w[2], w[3]).remainTimeToLiveAsync(), String::valueOf);
+                break;
+            default:
+                throw new IllegalArgumentException("unknown request " + op);
+        }
+    }
+
+    private RLock lock(String kind, String name) {
+        return locks.computeIfAbsent(kind + " " + name, k -> {
+            switch (kind) {
+                case "fair":
+                    return redisson.getFairLock(name);
+                case "plain":
+                    return redisson.getLock(name);
+                case "fenced":
+                    return redisson.getFencedLock(name);
+                default:
+                    throw new IllegalArgumentException("unknown lock kind " + kind);
+            }
+        });
+    }
+
+    private static <T> void answer(
+            String id, CompletionStage<T> future, Function<T, String> render) {
+        future.whenComplete((value, error) -> {
+            if (error != null) {
+                failed(id, error);
+            } else {
+                String text = render.apply(value);
+                emit(text.isEmpty() ? id + " ok" : id + " ok " + text);
+            }
+        });
+    }
+
+    private static void failed(String id, Throwable error) {
+        Throwable cause = error;
+        while (cause.getCause() != null
+                && (cause instanceof java.util.concurrent.CompletionException
+                        || cause instanceof java.util.concurrent.ExecutionException)) {
+            cause = cause.getCause();
+        }
+        String message = String.valueOf(cause.getMessage()).replaceAll("\\s+", " ");
+        emit(id + " err " + cause.getClass().getSimpleName() + " " + message);
+    }
+
+    private static void emit(String line) {
+        synchronized (System.out) {
+            System.out.println(line);
+            System.out.flush();
+        }
+    }
+}
