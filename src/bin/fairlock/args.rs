@@ -154,7 +154,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     };
     let value: f64 = number.trim().parse().map_err(|_| bad())?;
     let ms = value * scale;
-    if !ms.is_finite() || ms < 0.0 || ms > 86_400_000.0 {
+    if !(0.0..=86_400_000.0).contains(&ms) {
         return Err(bad());
     }
     Ok(Duration::from_micros((ms * 1_000.0) as u64))

@@ -49,8 +49,7 @@ fn main() -> ExitCode {
     }));
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        // Help and version go to stdout with 0; usage errors to stderr with 2.
-        Err(e) => e.exit(),
+        Err(e) => return usage_error(e),
     };
     let json = cli.json;
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -79,6 +78,22 @@ fn main() -> ExitCode {
         // The hook has printed the one line.
         Err(_) => ExitCode::from(EXIT_INTERNAL),
     }
+}
+
+/// Help and version go to stdout with 0; a usage error becomes one line on stderr, exit 2.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    let text = e.render().to_string();
+    // The message is the first paragraph; usage and tips follow after a blank line.
+    let first: Vec<&str> = text.lines().take_while(|l| !l.trim().is_empty()).collect();
+    let message = error::one_line(&first.join(" "));
+    let message = message.strip_prefix("error: ").unwrap_or(&message);
+    eprintln!("fairlock: {message} (see fairlock --help)");
+    ExitCode::from(error::EXIT_USAGE)
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
