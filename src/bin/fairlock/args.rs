@@ -27,7 +27,7 @@ pub struct Cli {
 
 #[derive(Debug, Args)]
 pub struct ConnArgs {
-    /// Redis server URL: redis://[user:password@]host:port[/db], or rediss:// for TLS.
+    /// Redis server URL: redis://[user:password@]host:port[/db].
     /// Default: $REDIS_URL, else redis://127.0.0.1:6379
     #[arg(short = 'u', long, global = true, value_name = "URL")]
     pub url: Option<String>,
