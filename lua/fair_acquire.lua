@@ -61,9 +61,11 @@ end
 -- restores the order everyone else already had.
 if mode == 'requeue' and head ~= field and held == 0
     and not redis.call('ZSCORE', deadlines, field) then
+  local deadline = joining_deadline(name, queue, deadlines, liveness, field, window, redisson_wait,
+    true)
   redis.call('LPUSH', queue, field)
   mark_alive(liveness, field, window)
-  redis.call('ZADD', deadlines, protected_deadline(queue, liveness, window, redisson_wait), field)
+  redis.call('ZADD', deadlines, deadline, field)
   head = field
 end
 
@@ -111,7 +113,7 @@ end
 -- 3. Already queued: the attempt doubles as a heartbeat.
 if redis.call('ZSCORE', deadlines, field) then
   mark_alive(liveness, field, window)
-  redis.call('ZADD', deadlines, 'XX',
+  redis.call('ZADD', deadlines, 'XX', 'GT',
     protected_deadline(queue, liveness, window, redisson_wait), field)
   return {0, 0, hint()}
 end
@@ -121,9 +123,11 @@ if mode == 'try' then
 end
 
 -- 4. Join the tail (the head when the queue was empty).
+local deadline = joining_deadline(name, queue, deadlines, liveness, field, window, redisson_wait,
+  false)
 local position = redis.call('RPUSH', queue, field)
 mark_alive(liveness, field, window)
-redis.call('ZADD', deadlines, protected_deadline(queue, liveness, window, redisson_wait), field)
+redis.call('ZADD', deadlines, deadline, field)
 sweep_liveness(deadlines, liveness)
 if not head then
   head = field

@@ -29,7 +29,7 @@ local function beat(name, queue, deadlines, liveness, field, channel_prefix)
     return 2
   end
   mark_alive(liveness, field, window)
-  redis.call('ZADD', deadlines, 'XX',
+  redis.call('ZADD', deadlines, 'XX', 'GT',
     protected_deadline(queue, liveness, window, redisson_wait), field)
   sweep_liveness(deadlines, liveness)
   if head == field and redis.call('EXISTS', name) == 0 then

@@ -61,14 +61,38 @@ end
 -- The score a fairlock waiter keeps in Z: far enough ahead that Redisson's shifts cannot make it
 -- look expired before the waiter's next refresh. Each Redisson waiter ahead of it can subtract at
 -- most `redisson_wait` (once, when it acquires or gives up), and every queued waiter that has no
--- mark in L is counted as such a Redisson waiter. With no Redisson waiter queued the score is
--- simply now + window, as realistic as Redisson's own chained scores otherwise.
+-- mark in L is counted as such a Redisson waiter. Refreshes only ever raise a score (ZADD GT).
 local function protected_deadline(queue, liveness, window, redisson_wait)
   local others = redis.call('LLEN', queue) - redis.call('ZCARD', liveness)
   if others < 0 then
     others = 0
   end
   return server_now_ms() + window + others * redisson_wait
+end
+
+-- The score a waiter joining the queue gets: at least what Redisson's chain would give a waiter
+-- with `redisson_wait` (the score of the tail it joins behind, or the lock's remaining TTL when
+-- it is first, plus one wait), so that a Redisson waiter that later joins behind it, and chains
+-- its own deadline on this score, keeps the margins Redisson's own queues give it; and at least
+-- the protected deadline. Call it before pushing the waiter; `at_head` for a waiter put back at
+-- the head.
+local function joining_deadline(name, queue, deadlines, liveness, field, window, redisson_wait,
+    at_head)
+  local base
+  if not at_head then
+    local tail = redis.call('LINDEX', queue, -1)
+    if tail and tail ~= field then
+      local score = redis.call('ZSCORE', deadlines, tail)
+      if score then
+        base = tonumber(score)
+      end
+    end
+  end
+  if not base then
+    base = server_now_ms() + math.max(0, redis.call('PTTL', name))
+  end
+  return math.max(base + redisson_wait,
+    protected_deadline(queue, liveness, window, redisson_wait))
 end
 
 -- Record that `field` (a queued fairlock waiter) is alive for `window` ms more, and keep L alive at

@@ -72,7 +72,14 @@ pub(crate) async fn release(
         let resent = retries > 0;
         match found {
             Released::Free => {
-                turn.with(|a| held.emptied(a, LostReason::Gone));
+                // Guards still counted lose their holds with this release: at shutdown (`All`)
+                // that is the reason they are told.
+                let reason = if what == What::All {
+                    LostReason::Shutdown
+                } else {
+                    LostReason::Gone
+                };
+                turn.with(|a| held.emptied(a, reason));
                 return Ok(Unlocked::Released);
             }
             Released::Remaining(count) => {

@@ -125,12 +125,19 @@ async fn every_listed_metric_is_emitted_with_its_labels() {
         tokio::time::timeout(Duration::from_millis(50), d.fair_lock("m-fair").lock()).await;
     assert!(cancelled.is_err());
 
+    // The cancelled call leaves the queue in the background first.
+    let mut raw = server.conn();
+    wait_until_async(Duration::from_secs(5), "the cancelled call left", || {
+        let n: i64 = redis::Commands::llen(&mut raw, "redisson_lock_queue:{m-fair}").unwrap();
+        async move { n == 0 }
+    })
+    .await;
+
     // A queued waiter, woken by the release: queue position and hand-over.
     let waiter = {
         let lock = d.fair_lock("m-fair");
         tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
     };
-    let mut raw = server.conn();
     wait_until_async(Duration::from_secs(5), "the waiter queued", || {
         let n: i64 = redis::Commands::llen(&mut raw, "redisson_lock_queue:{m-fair}").unwrap();
         async move { n == 1 }
