@@ -45,9 +45,11 @@ use crate::keys::Kind;
 ///   between them) and want the lock to survive the loss of a minority of them. Each attempt costs
 ///   a round trip to every master, waiting polls with backoff and is not fair, and it is not a
 ///   consensus system: it still trusts clocks, bounded pauses and masters that do not forget.
-/// * **Java waiters' deadlines** are computed from the Java client's clock, and Redisson purges a
-///   live Java waiter that waits longer than its wait timeout (5 minutes by default); fairlock's
-///   own waiters use the server clock and heartbeats and are never purged while alive.
+/// * **Java waiters' deadlines** are computed from the Java client's clock and chained one wait per
+///   waiter (5 minutes by default); Redisson purges a Java waiter whose deadline has passed, so a
+///   Java waiter that waits longer than its chain allows loses its place. fairlock's own waiters
+///   are judged by their liveness marks and heartbeats and are never purged while alive (given
+///   Java waits within [`Builder::redisson_wait`](crate::Builder::redisson_wait)).
 ///
 /// # Example
 ///
