@@ -242,7 +242,8 @@ impl Waiter {
                                 match tokio::time::timeout_at(d.into(), self.subscribe()).await {
                                     Ok(result) => result,
                                     Err(_) => {
-                                        self.give_up().await?;
+                                        // Leaving the queue is our Drop's (in the background,
+                                        // in this field's line): the call returns now.
                                         tracing::debug!("wait elapsed while subscribing");
                                         return Ok(None);
                                     }
@@ -261,7 +262,9 @@ impl Waiter {
                     self.start_heartbeat();
                     let now = Instant::now();
                     if deadline.is_some_and(|d| now >= d) {
-                        self.give_up().await?;
+                        // Leaving the queue is our Drop's (in the background, in this field's
+                        // line, so the same holder's next call comes after it): the call returns
+                        // within its wait plus the one round trip it may have been in.
                         tracing::debug!("wait elapsed");
                         return Ok(None);
                     }
@@ -285,7 +288,7 @@ impl Waiter {
                         }
                         _ = tokio::time::sleep_until(wake_at.into()) => tracing::trace!("woken by timer"),
                         _ = shut_down(&mut closed) => {
-                            let _ = self.give_up().await;
+                            // Our Drop leaves the queue in the background.
                             return Err(Error::Shutdown);
                         }
                     }
@@ -423,18 +426,6 @@ impl Waiter {
         });
         self.inner.driver.send(Work::Waiter(beat.clone()));
         self.beat = Some(beat);
-    }
-
-    /// Leaves the queue now (and wakes the next head if the lock is free), with the field's turn.
-    async fn give_up(&mut self) -> Result<()> {
-        if self.queued {
-            let turn = self.held.lane.enter().await;
-            let mut conn = self.inner.conn.clone();
-            ops::give_up(&mut conn, &self.args.spec, &self.args.field).await?;
-            drop(turn);
-            self.queued = false;
-        }
-        Ok(())
     }
 }
 

@@ -38,6 +38,9 @@ pub enum Direction {
 struct Faults {
     latency_up: Duration,
     latency_down: Duration,
+    /// Extra latency, each way, of connections accepted from then on (for the whole life of
+    /// each such connection).
+    new_conn_latency: Duration,
     refuse_until: Option<Instant>,
 }
 
@@ -189,6 +192,13 @@ impl Proxy {
         f.latency_down = down;
     }
 
+    /// Every connection accepted from now on carries `extra` latency each way for its whole life
+    /// (on top of [`set_latency`](Self::set_latency)); connections already open are not
+    /// touched. A client's lazily opened connection (its pub/sub one) can so be slowed alone.
+    pub fn set_new_connection_latency(&self, extra: Duration) {
+        self.shared.faults().new_conn_latency = extra;
+    }
+
     /// While on, replies are read from the server and thrown away: commands run, their replies
     /// are lost. Switching it off resets every connection that lost a byte (see the module docs).
     pub fn set_blackhole_replies(&self, on: bool) {
@@ -230,6 +240,7 @@ impl Proxy {
     /// Every fault off: no latency, no blackhole (tainted connections are reset), no refusal.
     pub fn clear(&self) {
         self.set_latency(Duration::ZERO, Duration::ZERO);
+        self.set_new_connection_latency(Duration::ZERO);
         self.stop_refusing();
         self.set_blackhole_replies(false);
         self.set_blackhole_requests(false);
@@ -315,7 +326,8 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         );
         let shared = shared.clone();
         tokio::spawn(async move {
-            serve(client, &shared, id, kill_rx, tainted).await;
+            let extra = shared.faults().new_conn_latency;
+            serve(client, &shared, id, kill_rx, tainted, extra).await;
             shared.conns().remove(&id);
         });
     }
@@ -328,6 +340,7 @@ async fn serve(
     id: u64,
     mut kill: watch::Receiver<bool>,
     tainted: Arc<Taint>,
+    extra: Duration,
 ) {
     let connect = tokio::select! {
         c = TcpStream::connect(shared.upstream) => c,
@@ -352,8 +365,8 @@ async fn serve(
     let (mut cr, mut cw) = client.into_split();
     let (mut ur, mut uw) = upstream.into_split();
     let reset = {
-        let up = pump(&mut cr, &mut uw, Direction::Up, shared, &tainted);
-        let down = pump(&mut ur, &mut cw, Direction::Down, shared, &tainted);
+        let up = pump(&mut cr, &mut uw, Direction::Up, shared, &tainted, extra);
+        let down = pump(&mut ur, &mut cw, Direction::Down, shared, &tainted, extra);
         tokio::select! {
             r = up => r.is_err(),
             r = down => r.is_err(),
@@ -375,6 +388,7 @@ async fn pump(
     dir: Direction,
     shared: &Shared,
     tainted: &Taint,
+    extra: Duration,
 ) -> std::io::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let read = async move {
@@ -391,7 +405,7 @@ async fn pump(
                 flag.store(true, Ordering::SeqCst);
                 continue;
             }
-            let at = Instant::now() + shared.latency(dir);
+            let at = Instant::now() + shared.latency(dir) + extra;
             if tx.send((at, buf[..n].to_vec())).is_err() {
                 return Ok(());
             }

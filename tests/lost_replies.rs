@@ -1,0 +1,245 @@
+//! Replies lost after the command ran, resends, and slow connections, through the test proxy
+//! (`tests/support/proxy.rs`) and by sending a script twice as a resend does: an acquisition is
+//! never counted twice, calls sharing a holder id never take each other's grants, and a
+//! `try_lock` never overruns its wait because its subscription is slow.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use fairlock::Client;
+use redis::Commands;
+use support::{wait_until_async, Proxy, RedisCluster, RedisServer};
+
+/// A client whose connections go through `proxy`, with a short command timeout.
+async fn proxied(proxy: &Proxy) -> Client {
+    Client::builder()
+        .standalone(proxy.url())
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// The subscription a waiter needs after its first attempt is made on a connection that is slow
+/// to open (here: 1.5 s each way); `try_lock` still returns within its wait plus the one round
+/// trip it may be in, not after the subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscription_never_stretches_a_try_lock() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let holder = Client::connect(&server.url()).await.unwrap();
+    let c = proxied(&proxy).await;
+    for fair in [true, false] {
+        let name = if fair {
+            "slow-sub-fair"
+        } else {
+            "slow-sub-plain"
+        };
+        let held = if fair {
+            holder.fair_lock(name).lock().await.unwrap()
+        } else {
+            holder.lock(name).lock().await.unwrap()
+        };
+        // The command connection is open already; the pub/sub one is opened on first use.
+        proxy.set_new_connection_latency(Duration::from_millis(1_500));
+        let started = Instant::now();
+        let got = if fair {
+            c.fair_lock(name)
+                .try_lock(Duration::from_millis(300), None)
+                .await
+        } else {
+            c.lock(name)
+                .try_lock(Duration::from_millis(300), None)
+                .await
+        };
+        let took = started.elapsed();
+        assert!(got.unwrap().is_none(), "{name}: still held");
+        assert!(
+            took < Duration::from_secs(1),
+            "{name}: took {took:?} for a 300 ms wait"
+        );
+        proxy.set_new_connection_latency(Duration::ZERO);
+        held.unlock().await.unwrap();
+    }
+}
+
+/// The acquire script runs, its reply is lost (the proxy drops it) and the client sends the same
+/// compare-and-set again once the connection is back: the grant is taken up, not added to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_whose_reply_was_lost_is_taken_up_not_added_to() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let proxy = Proxy::start(server.port());
+    let c = proxied(&proxy).await;
+    for fair in [true, false] {
+        let name = if fair { "lost-fair" } else { "lost-plain" };
+        // Load the scripts first, so the blackholed attempt is the script itself.
+        let warm = if fair {
+            c.fair_lock(name).lock().await.unwrap()
+        } else {
+            c.lock(name).lock().await.unwrap()
+        };
+        warm.unlock().await.unwrap();
+        proxy.set_blackhole_replies(true);
+        let call = {
+            let c = c.clone();
+            tokio::spawn(async move {
+                if fair {
+                    c.fair_lock(name).lock().await
+                } else {
+                    c.lock(name).lock().await
+                }
+            })
+        };
+        wait_until_async(Duration::from_secs(5), "the attempt ran in Redis", || {
+            let ran = raw.exists::<_, bool>(name).unwrap();
+            async move { ran }
+        })
+        .await;
+        // The reply is gone; the connection is reset and the client tries again.
+        proxy.set_blackhole_replies(false);
+        let guard = support::joined(call, Duration::from_secs(10), "the lock call")
+            .await
+            .unwrap();
+        let hash: Vec<(String, i64)> = raw.hgetall(name).unwrap();
+        assert_eq!(hash, vec![(guard.owner_field().to_owned(), 1)], "{name}");
+        guard.unlock().await.unwrap();
+        assert!(
+            !raw.exists::<_, bool>(name).unwrap(),
+            "{name}: nothing left"
+        );
+    }
+}
+
+/// Two calls of one holder (`.holder(77)`), the first of which lost its reply: the second waits
+/// for the first to be settled and re-enters; neither takes the other's grant, and releasing
+/// both leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_sharing_a_holder_id_never_take_each_others_grants() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let proxy = Proxy::start(server.port());
+    let c = proxied(&proxy).await;
+    let lock = c.fair_lock("shared-77").holder(77);
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    proxy.set_blackhole_replies(true);
+    let first = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await })
+    };
+    wait_until_async(Duration::from_secs(5), "the first attempt ran", || {
+        let ran = raw.exists::<_, bool>("shared-77").unwrap();
+        async move { ran }
+    })
+    .await;
+    let second = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set_blackhole_replies(false);
+    let g1 = support::joined(first, Duration::from_secs(10), "the first call")
+        .await
+        .unwrap();
+    let g2 = support::joined(second, Duration::from_secs(10), "the second call")
+        .await
+        .unwrap();
+    assert_eq!(g1.owner_field(), g2.owner_field());
+    assert_eq!(lock.hold_count().await.unwrap(), 2, "one hold per call");
+    drop(g1);
+    g2.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    let keys: Vec<String> = raw.keys("*shared-77*").unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+}
+
+/// A derived key by Redisson's prefix rule (PROTOCOL 1).
+fn derived(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// Sends the acquire script of `kind` twice with the same arguments, as a connection that
+/// resends a command after a timeout does (redis-rs's cluster client may). Returns both replies
+/// and the hold count after them.
+fn send_twice(
+    conn: &mut impl redis::ConnectionLike,
+    fair: bool,
+    name: &str,
+) -> (Vec<i64>, Vec<i64>, i64) {
+    let field = "resend-client:1";
+    let (first, second): (Vec<i64>, Vec<i64>) = if fair {
+        let script = redis::Script::new(concat!(
+            include_str!("../lua/fair_prologue.lua"),
+            "\n",
+            include_str!("../lua/fair_acquire.lua")
+        ));
+        let run = |conn: &mut dyn redis::ConnectionLike| -> Vec<i64> {
+            script
+                .key(name)
+                .key(derived("redisson_lock_queue", name))
+                .key(derived("redisson_lock_timeout", name))
+                .key(derived("fairlock_liveness", name))
+                .key(derived("redisson_lock_token", name))
+                .arg(30_000)
+                .arg(field)
+                .arg(0)
+                .arg("queue")
+                .arg("1")
+                .arg("PUBLISH")
+                .arg(derived("redisson_lock__channel", name))
+                .arg(5_000)
+                .arg(300_000)
+                .invoke(conn)
+                .unwrap()
+        };
+        (run(conn), run(conn))
+    } else {
+        let script = redis::Script::new(include_str!("../lua/lock_acquire.lua"));
+        let run = |conn: &mut dyn redis::ConnectionLike| -> Vec<i64> {
+            script
+                .key(name)
+                .key(derived("redisson_lock_token", name))
+                .arg(30_000)
+                .arg(field)
+                .arg(0)
+                .arg("1")
+                .invoke(conn)
+                .unwrap()
+        };
+        (run(conn), run(conn))
+    };
+    let count: i64 = redis::cmd("HGET").arg(name).arg(field).query(conn).unwrap();
+    (first, second, count)
+}
+
+/// The same acquire sent twice (a resend after a lost reply) holds once, with the same fencing
+/// token, on a single server and on every shard of a cluster.
+#[test]
+fn the_same_acquire_sent_twice_holds_once() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    for fair in [true, false] {
+        let name = if fair { "twice-fair" } else { "twice-plain" };
+        let (first, second, count) = send_twice(&mut conn, fair, name);
+        assert_eq!(first, vec![1, 1, 1], "{name}: granted, count 1, token 1");
+        assert_eq!(second, vec![2, 1, 1], "{name}: taken up, not added to");
+        assert_eq!(count, 1, "{name}");
+    }
+    let cluster = RedisCluster::start();
+    let client = redis::cluster::ClusterClient::new(cluster.urls()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    for fair in [true, false] {
+        for shard in ["a", "b", "c", "d", "e", "f"] {
+            let name = format!("{{{shard}}}:twice-{fair}");
+            let (first, second, count) = send_twice(&mut conn, fair, &name);
+            assert_eq!(first, vec![1, 1, 1], "{name}");
+            assert_eq!(second, vec![2, 1, 1], "{name}");
+            assert_eq!(count, 1, "{name}");
+        }
+    }
+}
