@@ -35,7 +35,9 @@ local publish_cmd, channel_prefix = ARGV[6], ARGV[7]
 local window, redisson_wait = tonumber(ARGV[8]), tonumber(ARGV[9])
 
 local purged, head = purge_stale_head(queue, deadlines, liveness)
-local held = tonumber(redis.call('HGET', name, field)) or 0
+-- Our hold count: a lock that does not exist holds nothing (no read needed on the free path).
+local exists = redis.call('EXISTS', name) == 1
+local held = exists and (tonumber(redis.call('HGET', name, field)) or 0) or 0
 
 -- Sets the TTL to the lease unless the lock already lives longer (another hold of ours needs it).
 local function extend()
@@ -61,16 +63,16 @@ end
 -- restores the order everyone else already had.
 if mode == 'requeue' and head ~= field and held == 0
     and not redis.call('ZSCORE', deadlines, field) then
-  local deadline = joining_deadline(name, queue, deadlines, liveness, field, window, redisson_wait,
-    true)
+  local deadline, marks = joining_deadline(name, queue, deadlines, liveness, field, window,
+    redisson_wait, true)
   redis.call('LPUSH', queue, field)
-  mark_alive(liveness, field, window)
+  mark_joined(liveness, field, window, marks)
   redis.call('ZADD', deadlines, deadline, field)
   head = field
 end
 
 -- 1. Free and we are first in line (or nobody waits): take it.
-if redis.call('EXISTS', name) == 0 and (not head or head == field) then
+if not exists and (not head or head == field) then
   if head then
     redis.call('LPOP', queue)
     redis.call('ZREM', deadlines, field)
@@ -90,7 +92,7 @@ end
 
 -- The lock stays with someone else; if purging made a different waiter the head of a free lock,
 -- wake it so a dead head never strands the queue.
-if purged > 0 and head and head ~= field and redis.call('EXISTS', name) == 0 then
+if purged > 0 and head and head ~= field and not exists then
   tell(publish_cmd, channel_prefix, head)
 end
 
@@ -110,11 +112,15 @@ local function hint()
   return -1
 end
 
--- 3. Already queued: the attempt doubles as a heartbeat.
+-- 3. Already queued: the attempt doubles as a heartbeat, when one is due (a re-check made
+-- right after joining, or after a wake-up, finds the mark fresh and leaves it).
 if redis.call('ZSCORE', deadlines, field) then
-  mark_alive(liveness, field, window)
-  redis.call('ZADD', deadlines, 'XX', 'GT',
-    protected_deadline(queue, liveness, window, redisson_wait), field)
+  local mark = redis.call('ZSCORE', liveness, field)
+  if not mark or tonumber(mark) < server_now_ms() + window / 2 then
+    mark_alive(liveness, field, window)
+    redis.call('ZADD', deadlines, 'XX', 'GT',
+      protected_deadline(queue, liveness, window, redisson_wait), field)
+  end
   return {0, 0, hint()}
 end
 
@@ -123,12 +129,11 @@ if mode == 'try' then
 end
 
 -- 4. Join the tail (the head when the queue was empty).
-local deadline = joining_deadline(name, queue, deadlines, liveness, field, window, redisson_wait,
-  false)
+local deadline, marks = joining_deadline(name, queue, deadlines, liveness, field, window,
+  redisson_wait, false)
 local position = redis.call('RPUSH', queue, field)
-mark_alive(liveness, field, window)
+mark_joined(liveness, field, window, marks)
 redis.call('ZADD', deadlines, deadline, field)
-sweep_liveness(deadlines, liveness)
 if not head then
   head = field
 end

@@ -70,14 +70,22 @@ local function protected_deadline(queue, liveness, window, redisson_wait)
   return server_now_ms() + window + others * redisson_wait
 end
 
--- The score a waiter joining the queue gets: at least what Redisson's chain would give a waiter
--- with `redisson_wait` (the score of the tail it joins behind, or the lock's remaining TTL when
--- it is first, plus one wait), so that a Redisson waiter that later joins behind it, and chains
--- its own deadline on this score, keeps the margins Redisson's own queues give it; and at least
--- the protected deadline. Call it before pushing the waiter; `at_head` for a waiter put back at
--- the head.
+-- The score a waiter joining the queue gets: the protected deadline, and, when Redisson waiters
+-- are queued, at least what Redisson's chain would give a waiter with `redisson_wait` (the score
+-- of the tail it joins behind, or the lock's remaining TTL when it is first, plus one wait): a
+-- Redisson waiter that later joins behind it chains its own deadline on this score, and the
+-- Redisson waiters ahead can each shift it by a wait. (With none queued, no shift can reach a
+-- waiter that joins behind this one, and the chain is not needed.) Call it before pushing the
+-- waiter; `at_head` for a waiter put back at the head. Also returns how many marks L had (the
+-- join creates L when there were none).
 local function joining_deadline(name, queue, deadlines, liveness, field, window, redisson_wait,
     at_head)
+  local marks = redis.call('ZCARD', liveness)
+  local others = math.max(0, redis.call('LLEN', queue) - marks)
+  local deadline = server_now_ms() + window + others * redisson_wait
+  if others == 0 then
+    return deadline, marks
+  end
   local base
   if not at_head then
     local tail = redis.call('LINDEX', queue, -1)
@@ -91,8 +99,7 @@ local function joining_deadline(name, queue, deadlines, liveness, field, window,
   if not base then
     base = server_now_ms() + math.max(0, redis.call('PTTL', name))
   end
-  return math.max(base + redisson_wait,
-    protected_deadline(queue, liveness, window, redisson_wait))
+  return math.max(base + redisson_wait, deadline), marks
 end
 
 -- Record that `field` (a queued fairlock waiter) is alive for `window` ms more, and keep L alive at
@@ -106,9 +113,20 @@ local function mark_alive(liveness, field, window)
   end
 end
 
+-- Marks a waiter that joins the queue. The set's TTL is set here only when the join created the
+-- set (`others` is the number of marks before it); otherwise the heartbeats keep it, and until
+-- the first one the waiter's protected score in Z already keeps it from being purged.
+local function mark_joined(liveness, field, window, marks_before)
+  redis.call('ZADD', liveness, server_now_ms() + window, field)
+  if marks_before == 0 then
+    redis.call('PEXPIRE', liveness, window)
+  end
+end
+
 -- Drop lapsed marks of waiters that are no longer queued (a Redisson client's purge removed them
 -- from Q and Z, but it does not know L). A lapsed mark of a waiter still queued stays: the purge
--- removes that waiter when it reaches the head. Bounded work per call.
+-- removes that waiter when it reaches the head. Bounded work per call; run by heartbeats (every
+-- third of a window while any fairlock waiter waits), not on the acquire path.
 local function sweep_liveness(deadlines, liveness)
   local lapsed = redis.call('ZRANGEBYSCORE', liveness, '-inf', server_now_ms(), 'LIMIT', 0, 8)
   for _, waiter in ipairs(lapsed) do

@@ -24,7 +24,8 @@ use crate::keys::Kind;
 ///   [`holder`](Self::holder)) can lock again without waiting; each guard is one hold.
 /// * **Liveness**: a waiter whose process died is purged after the client's waiter liveness
 ///   window (5 s by default), and the lock passes to the next live waiter; a dropped or timed-out
-///   wait leaves the queue at once and wakes the next waiter.
+///   wait leaves the queue at once (in the background, without making the caller wait) and
+///   wakes the next waiter.
 ///
 /// # What is *not* guaranteed
 ///
@@ -119,8 +120,10 @@ impl FairLock {
         /// Cancel safe, as [`lock`](Self::lock).
         async fn lock_with_lease;
         /// Waits at most `wait` for the lock. `lease: None` holds it with the watchdog; `Some(lease)`
-        /// holds it for at most `lease`. Returns `Ok(None)` when `wait` ran out (the waiter has left
-        /// the queue by then). A zero `wait` tries once without joining the queue.
+        /// holds it for at most `lease`. Returns `Ok(None)` when `wait` ran out; the waiter then
+        /// leaves the queue in the background (waking the next waiter if the lock is free), before
+        /// the same holder's next call on this lock reaches Redis. A zero `wait` tries once
+        /// without joining the queue.
         ///
         /// Returns within `wait` plus one Redis round trip (bounded by the client's command timeout),
         /// also while Redis is unreachable: then with the Redis error.

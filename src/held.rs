@@ -386,6 +386,16 @@ impl Held {
     }
 }
 
+impl Drop for Held {
+    fn drop(&mut self) {
+        // Nothing refers to this field any more: the driver drops its timers on its next look
+        // (lazily: no task wake-up on the uncontended path, and no I/O here).
+        self.inner
+            .driver
+            .send_lazy(crate::driver::Work::Forget { id: self.id });
+    }
+}
+
 /// The client's registry of fields, keyed by (kind, name, field).
 #[derive(Debug, Default)]
 pub(crate) struct Helds {

@@ -54,6 +54,8 @@ pub(crate) enum Work {
     /// A hold was taken on `held` (lazy): arm its validity timer, and its renewals when it is a
     /// watchdog hold.
     Acquired { held: Arc<Held>, watchdog: bool },
+    /// Nothing refers to the field `id` any more (lazy): stop its timers.
+    Forget { id: u64 },
     /// A fair waiter started waiting: heartbeat it while it is alive.
     Waiter(Arc<WaiterBeat>),
     /// A waiting future was dropped while an acquire attempt was in flight: settle its outcome
@@ -88,6 +90,7 @@ impl std::fmt::Debug for Work {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = match self {
             Work::Acquired { .. } => "Acquired",
+            Work::Forget { .. } => "Forget",
             Work::Waiter(_) => "Waiter",
             Work::Abandoned { .. } => "Abandoned",
             Work::Finish(_) => "Finish",
@@ -311,6 +314,7 @@ impl Driver {
             Work::Acquired { held, watchdog } => {
                 self.watchdog.on_acquired(&mut self.timers, &held, watchdog)
             }
+            Work::Forget { id } => self.watchdog.forget(&mut self.timers, id),
             Work::Waiter(waiter) => {
                 let at = self
                     .timers

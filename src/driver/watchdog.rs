@@ -90,7 +90,7 @@ impl Watchdog {
     }
 
     /// Stops every timer of an entry.
-    fn forget(&mut self, timers: &mut Timers, id: u64) {
+    pub(super) fn forget(&mut self, timers: &mut Timers, id: u64) {
         if let Some(entry) = self.helds.remove(&id) {
             for h in [entry.renew, entry.validity].into_iter().flatten() {
                 timers.cancel(h);
