@@ -32,6 +32,7 @@ use crate::error::{duration_ms, Error, Result};
 use crate::guard::{release_logged, Lease, LockGuard, LostReason};
 use crate::held::{next_id, validity_deadline, FieldTurn, FixedHold, Held};
 use crate::keys::{Kind, LockSpec};
+use crate::lane::Lane;
 use crate::metrics;
 use crate::ops::{self, AcquireArgs, Attempt, Mode};
 use crate::release::What;
@@ -229,6 +230,7 @@ impl Waiter {
                 Attempt::Waiting { hint_ms, queued_at } => {
                     drop(turn);
                     if let Some(position) = queued_at {
+                        tracing::debug!(position, "queued");
                         let names = self.inner.config.metrics_lock_names;
                         metrics::queued_at(&self.args.spec, names, position);
                     }
@@ -307,7 +309,7 @@ impl Waiter {
         if self.args.spec.kind == Kind::Fair && self.args.mode != Mode::Try {
             self.queued = true;
         }
-        let entry = self.held.lane.reserve();
+        let entry = Lane::reserve(&self.held);
         let mut conn = self.inner.conn.clone();
         let held = self.held.clone();
         let args = self.args.clone();
@@ -352,12 +354,12 @@ impl Waiter {
                     if a.watchdog_valid.is_none_or(|v| v < valid) {
                         a.watchdog_valid = Some(valid);
                     }
-                    Lease::Watchdog
+                    Lease::WATCHDOG
                 }
                 Some(lease) => {
                     let id = next_id();
                     a.fixed.push(FixedHold::new(id, sent, lease));
-                    Lease::Fixed { id }
+                    Lease::fixed(id)
                 }
             };
             held.revalidate(a);
@@ -509,7 +511,7 @@ impl Drop for Waiter {
             let held = self.held.clone();
             let spec = self.args.spec.clone();
             let field = self.args.field.clone();
-            self.held.lane.enter_background(move |turn| {
+            Lane::enter_background(&self.held, move |turn| {
                 let driver = held.inner.driver.clone();
                 driver.send(Work::Finish(Box::pin(async move {
                     crate::driver::give_up_logged(&held, &spec, &field).await;

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::fair::FairLock;
 use crate::guard::{release_logged, LostReason};
 use crate::held::Helds;
+use crate::lane::Lane;
 use crate::lock::Lock;
 use crate::release::What;
 use crate::subscriber::Subscriber;
@@ -166,7 +167,7 @@ impl Client {
         // Each field in its own line: an operation in flight (an attempt whose grant this call
         // may then give back itself) ends first, and what comes after finds the client closed.
         for held in self.inner.helds.all() {
-            let turn = held.lane.enter().await;
+            let turn = Lane::enter(&held).await;
             let _ = release_logged(&held, &turn, What::All).await;
             turn.with(|a| held.holds_vanished(a, LostReason::Shutdown));
         }

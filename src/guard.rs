@@ -11,6 +11,7 @@ use crate::driver::{Handoff, Work};
 use crate::error::{Error, Result};
 use crate::held::{FieldTurn, Held};
 use crate::keys::Kind;
+use crate::lane::Lane;
 use crate::ops::Unlocked;
 use crate::release::{self, What};
 
@@ -44,13 +45,32 @@ impl std::fmt::Display for LostReason {
     }
 }
 
-/// What kind of lease a hold has.
+impl LostReason {
+    /// A short snake_case name (the `reason` label of the `fairlock_lost_total` metric).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            LostReason::Gone => "gone",
+            LostReason::RenewalFailed => "renewal_failed",
+            LostReason::LeaseExpired => "lease_expired",
+            LostReason::ValidityExpired => "validity_expired",
+            LostReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// What kind of lease a hold has: renewed by the watchdog while the guard lives, or fixed, with
+/// the id of the guard's entry in the field's account (one word either way).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Lease {
-    /// Renewed by the watchdog while the guard lives.
-    Watchdog,
-    /// A fixed lease; the guard's entry in the field's account has this id.
-    Fixed { id: u64 },
+pub(crate) struct Lease(Option<std::num::NonZeroU64>);
+
+impl Lease {
+    pub(crate) const WATCHDOG: Lease = Lease(None);
+
+    /// A fixed lease whose account entry has `id` (ids start at 1).
+    pub(crate) fn fixed(id: u64) -> Lease {
+        Lease(std::num::NonZeroU64::new(id))
+    }
 }
 
 /// Proof of one hold on a lock. Dropping it releases that hold in the background; [`unlock`]
@@ -82,6 +102,7 @@ pub struct LockGuard {
     token: Option<u64>,
     armed: bool,
     /// When the hold was granted (for the hold-time metric).
+    #[cfg(feature = "metrics")]
     acquired_at: Instant,
 }
 
@@ -100,6 +121,7 @@ impl LockGuard {
             lease,
             token,
             armed: true,
+            #[cfg(feature = "metrics")]
             acquired_at: Instant::now(),
         }
     }
@@ -190,7 +212,7 @@ impl LockGuard {
             // The holds of its generation are gone from Redis already.
             return Err(Error::NotHeld);
         }
-        let entry = self.held.lane.reserve();
+        let entry = Lane::reserve(&self.held);
         let held = self.held.clone();
         let gen = self.gen;
         let release = Handoff::new(&held.inner.driver.clone(), async move {
@@ -215,17 +237,21 @@ impl LockGuard {
     /// be sent for it.
     fn detach(&self) -> bool {
         let held = &self.held;
-        let names = held.inner.config.metrics_lock_names;
-        crate::metrics::held(&held.spec, names, self.acquired_at.elapsed());
+        #[cfg(feature = "metrics")]
+        crate::metrics::held(
+            &held.spec,
+            held.inner.config.metrics_lock_names,
+            self.acquired_at.elapsed(),
+        );
         held.lane.with(|a| {
             if a.gen != self.gen {
                 return false;
             }
             // A deadline that passed while this hold was live is marked (and reported) first.
             held.revalidate(a);
-            match self.lease {
-                Lease::Watchdog => a.watchdog_guards = a.watchdog_guards.saturating_sub(1),
-                Lease::Fixed { id } => a.fixed.retain(|h| h.id != id),
+            match self.lease.0 {
+                None => a.watchdog_guards = a.watchdog_guards.saturating_sub(1),
+                Some(id) => a.fixed.retain(|h| h.id != id.get()),
             }
             held.revalidate(a);
             true
@@ -259,7 +285,7 @@ impl Drop for LockGuard {
         // sends it when its turn comes.
         let held = self.held.clone();
         let gen = self.gen;
-        self.held.lane.enter_background(move |turn| {
+        Lane::enter_background(&self.held, move |turn| {
             let driver = held.inner.driver.clone();
             driver.send(Work::Finish(Box::pin(async move {
                 let _ = release_logged(&held, &turn, What::Guard { gen }).await;

@@ -49,7 +49,7 @@ use crate::client::Inner;
 use crate::driver::drift;
 use crate::guard::LostReason;
 use crate::keys::LockSpec;
-use crate::lane::{Lane, Turn};
+use crate::lane::{Lane, LaneOwner, Turn};
 
 /// A fixed point of the monotonic clock that deadlines are stored relative to.
 fn clock_base() -> Instant {
@@ -198,7 +198,7 @@ pub(crate) struct Held {
     pub(crate) inner: Arc<Inner>,
     pub(crate) spec: Arc<LockSpec>,
     pub(crate) field: Arc<str>,
-    pub(crate) lane: Arc<Lane<Account>>,
+    pub(crate) lane: Lane<Held>,
     /// Bumped each time the live holds are lost; a guard made before a bump is lost.
     epoch: AtomicU64,
     /// Why, and until when the holds could be trusted, for each bump (index = epoch - 1).
@@ -282,7 +282,7 @@ impl Held {
             tracing::warn!(lock = self.name(), field = &*self.field, %reason, "lock lost");
         }
         let names = self.inner.config.metrics_lock_names;
-        crate::metrics::lost(&self.spec, names, reason);
+        crate::metrics::lost(&self.spec, names, reason.label());
     }
 
     fn bump(&self, reason: LostReason, at: Instant) {
@@ -456,7 +456,15 @@ impl Helds {
 }
 
 /// The turn on a field's lane.
-pub(crate) type FieldTurn = Turn<Account>;
+pub(crate) type FieldTurn = Turn<Held>;
+
+impl LaneOwner for Held {
+    type State = Account;
+
+    fn lane(&self) -> &Lane<Held> {
+        &self.lane
+    }
+}
 
 #[cfg(test)]
 mod tests {

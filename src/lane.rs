@@ -10,6 +10,8 @@
 //!   a turn handed to a caller that has just gone is passed on, never lost.
 //! * **A turn is a value** ([`Turn`]) that can move into a future handed to a background task, so
 //!   an operation whose caller left still finishes before the next one starts.
+//! * **It lives inside its owner** (a [`LaneOwner`], e.g. the per-field state of `held.rs`): a turn
+//!   holds the owner's `Arc`, so a lane costs no allocation of its own.
 //!
 //! It must never: hold its mutex while running anybody's code (a background job, a dropped
 //! permit), or let two turns be out at once.
@@ -19,61 +21,123 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
-/// A lane with state `S`; see the module documentation.
-pub(crate) struct Lane<S: Send + 'static> {
-    inner: Mutex<Inner<S>>,
+/// Something shared through an `Arc` that contains a lane; a turn keeps its owner alive.
+pub(crate) trait LaneOwner: Sized + Send + Sync + 'static {
+    /// The state the lane guards.
+    type State: Send + 'static;
+
+    /// The owner's lane.
+    fn lane(&self) -> &Lane<Self>;
 }
 
-struct Inner<S: Send + 'static> {
+/// A lane owned by `O`, guarding `O::State`; see the module documentation.
+pub(crate) struct Lane<O: LaneOwner> {
+    inner: Mutex<Inner<O>>,
+}
+
+struct Inner<O: LaneOwner> {
     /// A turn is out.
     busy: bool,
-    queue: VecDeque<Next<S>>,
-    state: S,
+    /// Who waits, in order; allocated only while somebody waits (most lanes never queue), and
+    /// boxed so an idle lane pays one pointer for it, not a `VecDeque`'s four words.
+    #[allow(clippy::box_collection)]
+    queue: Option<Box<VecDeque<Next<O>>>>,
+    state: O::State,
+}
+
+impl<O: LaneOwner> Inner<O> {
+    fn is_waited_for(&self) -> bool {
+        self.queue.as_ref().is_some_and(|q| !q.is_empty())
+    }
+
+    fn push(&mut self, next: Next<O>) {
+        self.queue
+            .get_or_insert_with(Default::default)
+            .push_back(next);
+    }
+
+    /// The next in line; the queue's memory goes back once nobody waits.
+    fn pop(&mut self) -> Option<Next<O>> {
+        let queue = self.queue.as_mut()?;
+        let next = queue.pop_front();
+        if queue.is_empty() {
+            self.queue = None;
+        }
+        next
+    }
 }
 
 /// Who gets the turn next.
-enum Next<S: Send + 'static> {
+enum Next<O: LaneOwner> {
     /// A caller awaiting [`Lane::enter`].
-    Caller(oneshot::Sender<Turn<S>>),
+    Caller(oneshot::Sender<Turn<O>>),
     /// Work queued by [`Lane::enter_background`]; it is called with the turn (and must not block).
-    Background(Box<dyn FnOnce(Turn<S>) + Send>),
+    Background(Box<dyn FnOnce(Turn<O>) + Send>),
 }
 
-impl<S: std::fmt::Debug + Send + 'static> std::fmt::Debug for Lane<S> {
+impl<O: LaneOwner> std::fmt::Debug for Lane<O>
+where
+    O::State: std::fmt::Debug,
+{
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let inner = self.lock();
         f.debug_struct("Lane")
             .field("busy", &inner.busy)
-            .field("queued", &inner.queue.len())
+            .field("queued", &inner.queue.as_ref().map_or(0, |q| q.len()))
             .field("state", &inner.state)
             .finish()
     }
 }
 
-/// The turn on a lane. Dropping it hands the turn to the next in line.
+/// The turn on an owner's lane. Dropping it hands the turn to the next in line.
 #[must_use = "dropping the turn hands it to the next in line at once"]
-pub(crate) struct Turn<S: Send + 'static> {
-    lane: Option<Arc<Lane<S>>>,
+pub(crate) struct Turn<O: LaneOwner> {
+    owner: Option<Arc<O>>,
 }
 
-impl<S: Send + 'static> std::fmt::Debug for Turn<S> {
+impl<O: LaneOwner> std::fmt::Debug for Turn<O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Turn")
     }
 }
 
-impl<S: Send + 'static> Lane<S> {
-    pub(crate) fn new(state: S) -> Arc<Self> {
-        Arc::new(Lane {
-            inner: Mutex::new(Inner {
-                busy: false,
-                queue: VecDeque::new(),
-                state,
-            }),
-        })
+impl<O: LaneOwner> Turn<O> {
+    fn of(owner: &Arc<O>) -> Self {
+        Turn {
+            owner: Some(owner.clone()),
+        }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner<S>> {
+    /// Reads or updates the lane's state.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut O::State) -> R) -> R {
+        self.owner
+            .as_ref()
+            .expect("a live turn has its owner")
+            .lane()
+            .with(f)
+    }
+}
+
+impl<O: LaneOwner> Drop for Turn<O> {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            Lane::hand_over(&owner);
+        }
+    }
+}
+
+impl<O: LaneOwner> Lane<O> {
+    pub(crate) fn new(state: O::State) -> Self {
+        Lane {
+            inner: Mutex::new(Inner {
+                busy: false,
+                queue: None,
+                state,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner<O>> {
         // Every update under this lock is a plain field write or queue push/pop, so a panic
         // elsewhere cannot leave it inconsistent: a poisoned lock is still safe to use.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -81,78 +145,72 @@ impl<S: Send + 'static> Lane<S> {
 
     /// Reads or updates the state. Meant for whoever holds the turn; others may read fields that
     /// are documented as readable at any time.
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut O::State) -> R) -> R {
         f(&mut self.lock().state)
     }
 
     /// The turn at once when nobody holds it and nobody waits for it.
     #[cfg(test)]
-    pub(crate) fn try_enter(self: &Arc<Self>) -> Option<Turn<S>> {
-        let mut inner = self.lock();
-        if inner.busy || !inner.queue.is_empty() {
+    pub(crate) fn try_enter(owner: &Arc<O>) -> Option<Turn<O>> {
+        let mut inner = owner.lane().lock();
+        if inner.busy || inner.is_waited_for() {
             return None;
         }
         inner.busy = true;
-        Some(Turn {
-            lane: Some(self.clone()),
-        })
+        Some(Turn::of(owner))
     }
 
-    /// Takes a place in line now, synchronously; the returned [`Entry`] yields the turn when
-    /// everyone before it is done. Dropping the entry gives the place up (a turn it had already
-    /// been handed is passed on).
-    pub(crate) fn reserve(self: &Arc<Self>) -> Entry<S> {
-        let mut inner = self.lock();
-        if !inner.busy && inner.queue.is_empty() {
+    /// Takes a place in `owner`'s line now, synchronously; the returned [`Entry`] yields the turn
+    /// when everyone before it is done. Dropping the entry gives the place up (a turn it had
+    /// already been handed is passed on).
+    pub(crate) fn reserve(owner: &Arc<O>) -> Entry<O> {
+        let mut inner = owner.lane().lock();
+        if !inner.busy && !inner.is_waited_for() {
             inner.busy = true;
-            return Entry::Ready(Turn {
-                lane: Some(self.clone()),
-            });
+            return Entry::Ready(Turn::of(owner));
         }
         let (tx, rx) = oneshot::channel();
-        inner.queue.push_back(Next::Caller(tx));
-        Entry::Waiting(self.clone(), rx)
+        inner.push(Next::Caller(tx));
+        Entry::Waiting(owner.clone(), rx)
     }
 
     /// Waits for the turn, after everyone who asked before.
     ///
     /// Cancel safe: dropping the future gives the place up; a turn it had already been handed is
     /// passed on to the next in line.
-    pub(crate) async fn enter(self: &Arc<Self>) -> Turn<S> {
-        self.reserve().turn().await
+    pub(crate) async fn enter(owner: &Arc<O>) -> Turn<O> {
+        Lane::reserve(owner).turn().await
     }
 
     /// Queues `job` for its turn, without waiting: it is called with the turn at once when the
     /// lane is free, else when everyone before it is done. `job` must not block (it typically
     /// hands a future that owns the turn to a background task); the turn passes on when that
     /// future drops it.
-    pub(crate) fn enter_background(self: &Arc<Self>, job: impl FnOnce(Turn<S>) + Send + 'static) {
+    pub(crate) fn enter_background(owner: &Arc<O>, job: impl FnOnce(Turn<O>) + Send + 'static) {
         {
-            let mut inner = self.lock();
-            if inner.busy || !inner.queue.is_empty() {
-                inner.queue.push_back(Next::Background(Box::new(job)));
+            let mut inner = owner.lane().lock();
+            if inner.busy || inner.is_waited_for() {
+                inner.push(Next::Background(Box::new(job)));
                 return;
             }
             inner.busy = true;
         }
-        job(Turn {
-            lane: Some(self.clone()),
-        });
+        job(Turn::of(owner));
     }
 
     /// Whether a turn is out or queued (for tests and diagnostics).
     #[cfg(test)]
     pub(crate) fn is_idle(&self) -> bool {
         let inner = self.lock();
-        !inner.busy && inner.queue.is_empty()
+        !inner.busy && !inner.is_waited_for()
     }
 
     /// Passes the turn to the next in line, or marks the lane free.
-    fn hand_over(self: &Arc<Self>) {
+    fn hand_over(owner: &Arc<O>) {
         loop {
             let next = {
-                let mut inner = self.lock();
-                match inner.queue.pop_front() {
+                let mut inner = owner.lane().lock();
+                match inner.pop() {
                     Some(next) => next,
                     None => {
                         inner.busy = false;
@@ -160,15 +218,13 @@ impl<S: Send + 'static> Lane<S> {
                     }
                 }
             };
-            let turn = Turn {
-                lane: Some(self.clone()),
-            };
+            let turn = Turn::of(owner);
             match next {
                 Next::Caller(tx) => match tx.send(turn) {
                     Ok(()) => return,
                     // That caller is gone: take the turn back quietly and try the next one.
                     Err(mut turn) => {
-                        turn.lane = None;
+                        turn.owner = None;
                     }
                 },
                 Next::Background(job) => {
@@ -181,15 +237,15 @@ impl<S: Send + 'static> Lane<S> {
 }
 
 /// A place in line on a lane (see [`Lane::reserve`]).
-pub(crate) enum Entry<S: Send + 'static> {
+pub(crate) enum Entry<O: LaneOwner> {
     /// The turn, at once.
-    Ready(Turn<S>),
-    /// The turn comes through this channel; the lane (and so the sender in its queue) is kept
-    /// alive until it does.
-    Waiting(Arc<Lane<S>>, oneshot::Receiver<Turn<S>>),
+    Ready(Turn<O>),
+    /// The turn comes through this channel; the owner (and so the sender in its lane's queue) is
+    /// kept alive until it does.
+    Waiting(Arc<O>, oneshot::Receiver<Turn<O>>),
 }
 
-impl<S: Send + 'static> std::fmt::Debug for Entry<S> {
+impl<O: LaneOwner> std::fmt::Debug for Entry<O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Entry::Ready(_) => f.write_str("Entry::Ready"),
@@ -198,36 +254,16 @@ impl<S: Send + 'static> std::fmt::Debug for Entry<S> {
     }
 }
 
-impl<S: Send + 'static> Entry<S> {
+impl<O: LaneOwner> Entry<O> {
     /// Waits for the turn. Cancel safe, as [`Lane::enter`].
-    pub(crate) async fn turn(self) -> Turn<S> {
+    pub(crate) async fn turn(self) -> Turn<O> {
         match self {
             Entry::Ready(turn) => turn,
-            // The sender lives in the queue until the turn is handed over, and we keep the lane
+            // The sender lives in the queue until the turn is handed over, and we keep the owner
             // alive: the channel cannot close without a value.
-            Entry::Waiting(_lane, rx) => {
+            Entry::Waiting(_owner, rx) => {
                 rx.await.expect("a queued caller is always handed the turn")
             }
-        }
-    }
-}
-
-impl<S: Send + 'static> Turn<S> {
-    /// The lane this turn is on.
-    pub(crate) fn lane(&self) -> &Arc<Lane<S>> {
-        self.lane.as_ref().expect("a live turn has its lane")
-    }
-
-    /// Reads or updates the lane's state.
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
-        self.lane().with(f)
-    }
-}
-
-impl<S: Send + 'static> Drop for Turn<S> {
-    fn drop(&mut self) {
-        if let Some(lane) = self.lane.take() {
-            lane.hand_over();
         }
     }
 }
@@ -239,26 +275,44 @@ mod tests {
 
     use super::*;
 
+    /// A lane that is its own owner, for the tests.
+    struct Solo<S: Send + Sync + 'static> {
+        lane: Lane<Solo<S>>,
+    }
+
+    impl<S: Send + Sync + 'static> LaneOwner for Solo<S> {
+        type State = S;
+        fn lane(&self) -> &Lane<Self> {
+            &self.lane
+        }
+    }
+
+    fn solo<S: Send + Sync + 'static>(state: S) -> Arc<Solo<S>> {
+        Arc::new(Solo {
+            lane: Lane::new(state),
+        })
+    }
+
     #[test]
     fn the_uncontended_turn_is_taken_and_given_back_synchronously() {
-        let lane = Lane::new(0u32);
-        let turn = lane.try_enter().expect("free");
-        assert!(lane.try_enter().is_none(), "only one turn at a time");
+        let lane = solo(0u32);
+        let turn = Lane::try_enter(&lane).expect("free");
+        assert!(Lane::try_enter(&lane).is_none(), "only one turn at a time");
         turn.with(|n| *n += 1);
         drop(turn);
-        assert!(lane.is_idle());
-        assert_eq!(lane.with(|n| *n), 1);
+        assert!(lane.lane.is_idle());
+        assert_eq!(lane.lane.with(|n| *n), 1);
     }
 
     #[tokio::test]
     async fn turns_go_in_the_order_they_were_asked_for_background_work_included() {
-        let lane = Lane::new(Vec::<&'static str>::new());
-        let first = lane.try_enter().unwrap();
+        let lane = solo(0u8);
+        let first = Lane::try_enter(&lane).unwrap();
         let order = Arc::new(StdMutex::new(Vec::new()));
 
         // A dropped guard queues its release synchronously...
         let log = order.clone();
-        lane.enter_background(move |turn| {
+        Lane::enter_background(&lane, move |turn| {
             log.lock().unwrap().push("background");
             drop(turn);
         });
@@ -266,7 +320,7 @@ mod tests {
         let l = lane.clone();
         let log = order.clone();
         let caller = tokio::spawn(async move {
-            let turn = l.enter().await;
+            let turn = Lane::enter(&l).await;
             log.lock().unwrap().push("caller");
             drop(turn);
         });
@@ -278,38 +332,42 @@ mod tests {
         drop(first);
         caller.await.unwrap();
         assert_eq!(*order.lock().unwrap(), vec!["background", "caller"]);
-        assert!(lane.is_idle());
+        assert!(lane.lane.is_idle());
     }
 
     #[tokio::test]
     async fn a_cancelled_caller_gives_its_place_up() {
-        let lane = Lane::new(());
-        let first = lane.try_enter().unwrap();
+        let lane = solo(());
+        let first = Lane::try_enter(&lane).unwrap();
         let l = lane.clone();
         let gave_up =
-            tokio::time::timeout(Duration::from_millis(10), async move { l.enter().await }).await;
+            tokio::time::timeout(
+                Duration::from_millis(10),
+                async move { Lane::enter(&l).await },
+            )
+            .await;
         assert!(gave_up.is_err());
         let l = lane.clone();
-        let next = tokio::spawn(async move { drop(l.enter().await) });
+        let next = tokio::spawn(async move { drop(Lane::enter(&l).await) });
         tokio::task::yield_now().await;
         drop(first);
         tokio::time::timeout(Duration::from_secs(5), next)
             .await
             .expect("the turn skipped the cancelled caller")
             .unwrap();
-        assert!(lane.is_idle());
+        assert!(lane.lane.is_idle());
     }
 
     #[tokio::test]
     async fn a_turn_handed_to_a_caller_that_is_dropped_before_it_runs_is_passed_on() {
-        let lane = Lane::new(());
-        let first = lane.try_enter().unwrap();
+        let lane = solo(());
+        let first = Lane::try_enter(&lane).unwrap();
         let l = lane.clone();
-        let mut pending = Box::pin(async move { l.enter().await });
+        let mut pending = Box::pin(async move { Lane::enter(&l).await });
         // Registered in the queue, not yet granted.
         assert!(futures_poll_once(pending.as_mut()).is_none());
         let l = lane.clone();
-        let after = tokio::spawn(async move { drop(l.enter().await) });
+        let after = tokio::spawn(async move { drop(Lane::enter(&l).await) });
         tokio::task::yield_now().await;
         // The turn goes to `pending` (its value sits in the channel), which is then dropped
         // without ever looking at it.
@@ -319,21 +377,21 @@ mod tests {
             .await
             .expect("the turn was passed on")
             .unwrap();
-        assert!(lane.is_idle());
+        assert!(lane.lane.is_idle());
     }
 
     #[test]
     fn a_turn_can_move_into_background_work_and_the_lane_waits_for_it() {
-        let lane = Lane::new(());
+        let lane = solo(());
         let (tx, rx) = std::sync::mpsc::channel();
-        lane.enter_background(move |turn| tx.send(turn).unwrap());
+        Lane::enter_background(&lane, move |turn| tx.send(turn).unwrap());
         let held = rx.recv().unwrap();
         assert!(
-            lane.try_enter().is_none(),
+            Lane::try_enter(&lane).is_none(),
             "the background work holds the turn"
         );
         drop(held);
-        assert!(lane.try_enter().is_some());
+        assert!(Lane::try_enter(&lane).is_some());
     }
 
     fn futures_poll_once<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> Option<F::Output> {

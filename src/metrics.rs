@@ -10,7 +10,6 @@
 
 use std::time::Duration;
 
-use crate::guard::LostReason;
 use crate::keys::{Kind, LockSpec};
 
 /// How a lock call ended.
@@ -50,17 +49,6 @@ fn kind_label(kind: Kind) -> &'static str {
     }
 }
 
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-fn reason_label(reason: LostReason) -> &'static str {
-    match reason {
-        LostReason::Gone => "gone",
-        LostReason::RenewalFailed => "renewal_failed",
-        LostReason::LeaseExpired => "lease_expired",
-        LostReason::ValidityExpired => "validity_expired",
-        LostReason::Shutdown => "shutdown",
-    }
-}
-
 #[cfg(feature = "metrics")]
 mod imp {
     use super::*;
@@ -93,9 +81,10 @@ mod imp {
         histogram!("fairlock_queue_position", labels(spec, names)).record(position as f64);
     }
 
-    pub(crate) fn lost(spec: &LockSpec, names: bool, reason: LostReason) {
+    /// `reason`: the lost reason's label (`LostReason::label` in `guard.rs`).
+    pub(crate) fn lost(spec: &LockSpec, names: bool, reason: &'static str) {
         let mut l = labels(spec, names);
-        l.push(Label::from_static_parts("reason", reason_label(reason)));
+        l.push(Label::from_static_parts("reason", reason));
         counter!("fairlock_lost_total", l).increment(1);
     }
 
@@ -126,11 +115,9 @@ mod imp {
     #[inline(always)]
     pub(crate) fn handover(_: &LockSpec, _: bool, _: Duration) {}
     #[inline(always)]
-    pub(crate) fn held(_: &LockSpec, _: bool, _: Duration) {}
-    #[inline(always)]
     pub(crate) fn queued_at(_: &LockSpec, _: bool, _: u64) {}
     #[inline(always)]
-    pub(crate) fn lost(_: &LockSpec, _: bool, _: LostReason) {}
+    pub(crate) fn lost(_: &LockSpec, _: bool, _: &'static str) {}
     #[inline(always)]
     pub(crate) fn renewal(_: Renewal) {}
     #[inline(always)]
