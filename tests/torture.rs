@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fairlock::{Client, FairLock, Lock, LockGuard};
+use tracing::Instrument;
 use support::history::{
     self, epoch_ms, mono_ns, Event, Fault, History, InstantClock, Outcome, Params, Scope, Snapshot,
 };
@@ -195,6 +196,75 @@ impl Recorder {
     }
 }
 
+/// The id of the call a `torture_call` span stands for.
+struct CallId(String);
+
+/// Turns the library's `queued` event (its attempt joined a fair queue; emitted inside the call's
+/// own future, never by an attempt a dropped call abandoned) into an [`Event::Joined`] of the
+/// call whose `torture_call` span encloses it.
+struct JoinLog(Arc<Recorder>);
+
+/// Reads a span's `id` field.
+struct IdField(Option<String>);
+
+impl tracing::field::Visit for IdField {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "id" {
+            self.0 = Some(format!("{value:?}"));
+        }
+    }
+}
+
+/// Whether an event's message is `queued`.
+struct QueuedMessage(bool);
+
+impl tracing::field::Visit for QueuedMessage {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" && format!("{value:?}") == "queued" {
+            self.0 = true;
+        }
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for JoinLog
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attrs.metadata().name() != "torture_call" {
+            return;
+        }
+        let mut call = IdField(None);
+        attrs.record(&mut call);
+        if let (Some(call), Some(span)) = (call.0, ctx.span(id)) {
+            span.extensions_mut().insert(CallId(call));
+        }
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        let t = mono_ns();
+        let mut queued = QueuedMessage(false);
+        event.record(&mut queued);
+        if !queued.0 {
+            return;
+        }
+        let Some(scope) = ctx.event_scope(event) else {
+            return;
+        };
+        for span in scope {
+            if let Some(CallId(id)) = span.extensions().get::<CallId>() {
+                self.0.log(Event::Joined { id: id.clone(), t });
+                return;
+            }
+        }
+    }
+}
+
 #[derive(Clone)]
 enum Handle {
     Fair(FairLock),
@@ -284,7 +354,7 @@ struct ChildCtx {
     proc: String,
     url: String,
     ops: HashSet<String>,
-    log: Recorder,
+    log: Arc<Recorder>,
     clock: InstantClock,
     /// The current client and its id (`<proc>.c<generation>`).
     client: tokio::sync::RwLock<(Client, String)>,
@@ -355,9 +425,12 @@ impl ChildCtx {
             java: false,
         });
         self.count(&format!("call {}", acq.op()));
+        let run = h
+            .run(&acq)
+            .instrument(tracing::info_span!("torture_call", id = %id));
         let result = match acq.cancel_after {
-            Some(d) => tokio::time::timeout(d, h.run(&acq)).await.ok(),
-            None => Some(h.run(&acq).await),
+            Some(d) => tokio::time::timeout(d, run).await.ok(),
+            None => Some(run.await),
         };
         let t = mono_ns();
         let (outcome, guard, detail) = match result {
@@ -663,6 +736,20 @@ fn child_main() {
         .append(true)
         .open(var("FAIRLOCK_TORTURE_LOG"))
         .unwrap();
+    let log = Arc::new(Recorder {
+        file: Mutex::new(log),
+    });
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::Layer;
+        let joins = JoinLog(log.clone()).with_filter(
+            tracing_subscriber::filter::Targets::new()
+                .with_target("fairlock", tracing::Level::DEBUG)
+                .with_target("torture", tracing::Level::INFO),
+        );
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(joins))
+            .expect("the child sets up tracing once");
+    }
     let rt = if flavour == "current" {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -681,9 +768,7 @@ fn child_main() {
             proc: proc.clone(),
             url: url.clone(),
             ops,
-            log: Recorder {
-                file: Mutex::new(log),
-            },
+            log: log.clone(),
             clock: InstantClock::new(),
             client: tokio::sync::RwLock::new((client, format!("{proc}.c0"))),
             generation: AtomicU32::new(0),
@@ -2000,7 +2085,54 @@ mod checker {
             Some(2),
         ));
         assert!(!rules(&h).contains(&"fifo-order"));
-        // ... unless a snapshot in between shows the leftover gone.
+        // ... not even when a snapshot in between shows the field gone: an attempt the dropped
+        // call abandoned in flight may still join (and then leave) after that snapshot...
+        h.snapshots.push(snap("fair", 97, 1, &["v:1"]));
+        assert!(!rules(&h).contains(&"fifo-order"));
+        // ... but A's own join before the snapshot makes the entry A's.
+        h.add_events([Event::Joined {
+            id: "a".into(),
+            t: 99 * MS,
+        }]);
+        assert!(rules(&h).contains(&"fifo-order"));
+        // For a Redisson-protocol thread a snapshot showing the field gone is enough: its
+        // give-ups run inside its calls.
+        let mut h = hist();
+        h.snapshots.push(snap("fair", 100, 1, &["u:1", "v:1"]));
+        h.add_events(call(
+            "j0",
+            "java",
+            "fair",
+            "u:1",
+            10,
+            None,
+            95,
+            Outcome::Cancelled,
+            None,
+        ));
+        h.add_events(call(
+            "j1",
+            "java",
+            "fair",
+            "u:1",
+            96,
+            None,
+            300,
+            Outcome::Granted,
+            Some(3),
+        ));
+        h.add_events(call(
+            "b",
+            "p1",
+            "fair",
+            "v:1",
+            60,
+            None,
+            150,
+            Outcome::Granted,
+            Some(2),
+        ));
+        assert!(!rules(&h).contains(&"fifo-order"));
         h.snapshots.push(snap("fair", 97, 1, &["v:1"]));
         assert!(rules(&h).contains(&"fifo-order"));
     }

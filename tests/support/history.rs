@@ -23,9 +23,13 @@
 //!   used by one task at a time (see [`Call::shared`]). A snapshot `S` (queue, deadlines, holders,
 //!   token counter `c`, read in one `MULTI`) proves who waited and in which order at one point of
 //!   the grant sequence: grants with token `<= c` ran before it, later ones after it. A queue entry
-//!   is attributed to the call of that field that covers the whole snapshot, and only when its
-//!   previous call on that name cannot have left a stale entry behind (it was granted or timed out,
-//!   or a snapshot after it ended shows the field gone).
+//!   is attributed to the call of that field that covers the whole snapshot, and only when it is
+//!   certainly that call's: for a fairlock call, the call was seen to join the queue before the
+//!   snapshot (its own `queued` event; an earlier call's give-up or abandoned attempt still runs
+//!   in the background after that call ended, so an entry seen earlier may be a stale one), or it
+//!   is the field's first call on that name; for a Redisson-protocol call, its previous call on
+//!   that name cannot have left a stale entry behind (it was granted or timed out, or a snapshot
+//!   after it ended shows the field gone).
 //!   - `fifo-order`: `A` ahead of `B` in `S`, `B` granted afresh after `S` (token `> c`): then `A`
 //!     was granted before `B`, or had left the queue by itself before `B`'s call returned (a timed
 //!     out call leaves no earlier than its deadline, a dropped one no earlier than the drop).
@@ -178,6 +182,10 @@ pub enum Event {
     },
     /// A hold's `lost()` was observed.
     Lost { id: String, t: u64, reason: String },
+    /// The call's own attempt joined a fair queue (the library's `queued` event, emitted inside
+    /// the call; `t` read after Redis ran the join). An attempt abandoned by a dropped call never
+    /// emits it.
+    Joined { id: String, t: u64 },
     /// The release of a hold starts (`t` and `vu` read just before `unlock()` / `drop`).
     Release {
         id: String,
@@ -269,6 +277,7 @@ impl Event {
                 word(detail)
             ),
             Event::Lost { id, t, reason } => format!("lost id={id} t={t} reason={}", word(reason)),
+            Event::Joined { id, t } => format!("joined id={id} t={t}"),
             Event::Release {
                 id,
                 t,
@@ -338,6 +347,10 @@ impl Event {
                 id: s("id")?,
                 t: n("t")?,
                 reason: s("reason")?,
+            },
+            "joined" => Event::Joined {
+                id: s("id")?,
+                t: n("t")?,
             },
             "release" => Event::Release {
                 id: s("id")?,
@@ -456,6 +469,8 @@ pub struct Call {
     pub end_detail: String,
     pub vu_at_grant: Option<u64>,
     pub lost: Option<(u64, String)>,
+    /// When the call's own attempt first joined the fair queue ([`Event::Joined`]).
+    pub joined: Option<u64>,
     pub release: Option<(u64, u64, String, bool)>,
     pub released: Option<(u64, String)>,
 }
@@ -608,6 +623,7 @@ impl History {
                         end_detail: String::new(),
                         vu_at_grant: None,
                         lost: None,
+                        joined: None,
                         release: None,
                         released: None,
                     });
@@ -623,6 +639,7 @@ impl History {
             let id = match &ev {
                 Event::End { id, .. }
                 | Event::Lost { id, .. }
+                | Event::Joined { id, .. }
                 | Event::Release { id, .. }
                 | Event::Released { id, .. } => id.clone(),
                 _ => continue,
@@ -646,6 +663,9 @@ impl History {
                 }
                 Event::Lost { t, reason, .. } if call.lost.is_none() => {
                     call.lost = Some((t, reason));
+                }
+                Event::Joined { t, .. } => {
+                    call.joined = Some(call.joined.map_or(t, |j| j.min(t)));
                 }
                 Event::Release {
                     t, vu, how, lost, ..
@@ -951,10 +971,21 @@ impl<'a> FairIndex<'a> {
         if c.token().is_some_and(|tok| tok <= s.counter) {
             return None;
         }
-        if !self.no_stale_entry_before(calls, idx, s.t0) {
-            return None;
+        if c.java {
+            if !self.no_stale_entry_before(calls, idx, s.t0) {
+                return None;
+            }
+            return Some(c);
         }
-        Some(c)
+        // A fairlock call: an earlier call's entry can outlive that call (its give-up, or an
+        // attempt it abandoned in flight, runs later in the background, before this call's first
+        // attempt). So the entry is this call's only once this call is seen to have joined, or
+        // when no earlier call of the field exists.
+        if idx == 0 || c.joined.is_some_and(|j| j <= s.t0) {
+            Some(c)
+        } else {
+            None
+        }
     }
 
     /// Whether the call before `calls[idx]` (same field, same name) is certain to have left no
