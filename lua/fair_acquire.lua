@@ -63,7 +63,7 @@ end
 -- restores the order everyone else already had.
 if mode == 'requeue' and head ~= field and held == 0
     and not redis.call('ZSCORE', deadlines, field) then
-  local deadline, marks = joining_deadline(name, queue, deadlines, liveness, field, window,
+  local deadline, marks = joining_deadline(queue, deadlines, liveness, field, window,
     redisson_wait, true)
   redis.call('LPUSH', queue, field)
   mark_joined(liveness, field, window, marks)
@@ -119,7 +119,7 @@ if redis.call('ZSCORE', deadlines, field) then
   if not mark or tonumber(mark) < server_now_ms() + window / 2 then
     mark_alive(liveness, field, window)
     redis.call('ZADD', deadlines, 'XX', 'GT',
-      protected_deadline(queue, liveness, window, redisson_wait), field)
+      protected_deadline(place_of(queue, field), window, redisson_wait), field)
   end
   return {0, 0, hint()}
 end
@@ -129,7 +129,7 @@ if mode == 'try' then
 end
 
 -- 4. Join the tail (the head when the queue was empty).
-local deadline, marks = joining_deadline(name, queue, deadlines, liveness, field, window,
+local deadline, marks = joining_deadline(queue, deadlines, liveness, field, window,
   redisson_wait, false)
 local position = redis.call('RPUSH', queue, field)
 mark_joined(liveness, field, window, marks)

@@ -30,7 +30,7 @@ local function beat(name, queue, deadlines, liveness, field, channel_prefix)
   end
   mark_alive(liveness, field, window)
   redis.call('ZADD', deadlines, 'XX', 'GT',
-    protected_deadline(queue, liveness, window, redisson_wait), field)
+    protected_deadline(place_of(queue, field), window, redisson_wait), field)
   sweep_liveness(deadlines, liveness)
   if head == field and redis.call('EXISTS', name) == 0 then
     return 1

@@ -59,47 +59,43 @@ local function deadline_of(deadlines, liveness, waiter)
 end
 
 -- The score a fairlock waiter keeps in Z: far enough ahead that Redisson's shifts cannot make it
--- look expired before the waiter's next refresh. Each Redisson waiter ahead of it can subtract at
--- most `redisson_wait` (once, when it acquires or gives up), and every queued waiter that has no
--- mark in L is counted as such a Redisson waiter. Refreshes only ever raise a score (ZADD GT).
-local function protected_deadline(queue, liveness, window, redisson_wait)
-  local others = redis.call('LLEN', queue) - redis.call('ZCARD', liveness)
-  if others < 0 then
-    others = 0
-  end
-  return server_now_ms() + window + others * redisson_wait
+-- look expired before the waiter's next refresh. Only a Redisson waiter *ahead* of it can shift
+-- it (by at most `redisson_wait`, once, when that waiter acquires or gives up), and nobody joins
+-- ahead of it later except a fairlock waiter put back at the head (which shifts nothing). So every
+-- waiter ahead is counted as a possible Redisson one. (Counting waiters without a mark in L would
+-- be tighter but is not safe: a Redisson purge removes a waiter from Q and Z and leaves its mark
+-- in L, and such stale marks would make the count too small.) `ahead` is the waiter's 0-based place
+-- in Q. Refreshes only ever raise a score (ZADD GT).
+local function protected_deadline(ahead, window, redisson_wait)
+  return server_now_ms() + window + ahead * redisson_wait
 end
 
--- The score a waiter joining the queue gets: the protected deadline, and, when Redisson waiters
--- are queued, at least what Redisson's chain would give a waiter with `redisson_wait` (the score
--- of the tail it joins behind, or the lock's remaining TTL when it is first, plus one wait): a
--- Redisson waiter that later joins behind it chains its own deadline on this score, and the
--- Redisson waiters ahead can each shift it by a wait. (With none queued, no shift can reach a
--- waiter that joins behind this one, and the chain is not needed.) Call it before pushing the
--- waiter; `at_head` for a waiter put back at the head. Also returns how many marks L had (the
--- join creates L when there were none).
-local function joining_deadline(name, queue, deadlines, liveness, field, window, redisson_wait,
-    at_head)
+-- The 0-based place of `field` in the queue (LPOS, O(place)); the queue length when absent.
+local function place_of(queue, field)
+  return redis.call('LPOS', queue, field) or redis.call('LLEN', queue)
+end
+
+-- The score a waiter joining the queue gets: the protected deadline for its place, and, when it
+-- joins behind anyone, at least what Redisson's chain would give a waiter with `redisson_wait`
+-- (the score of the tail it joins behind plus one wait): a Redisson waiter that later joins
+-- behind it chains its own deadline on this score. A waiter put back at the head (`at_head`) has
+-- nobody ahead, so nothing can shift it and nothing chains on it. Call it before pushing the
+-- waiter. Also returns how many marks L had (the join creates L when there were none).
+local function joining_deadline(queue, deadlines, liveness, field, window, redisson_wait, at_head)
   local marks = redis.call('ZCARD', liveness)
-  local others = math.max(0, redis.call('LLEN', queue) - marks)
-  local deadline = server_now_ms() + window + others * redisson_wait
-  if others == 0 then
-    return deadline, marks
+  if at_head then
+    return protected_deadline(0, window, redisson_wait), marks
   end
-  local base
-  if not at_head then
-    local tail = redis.call('LINDEX', queue, -1)
-    if tail and tail ~= field then
-      local score = redis.call('ZSCORE', deadlines, tail)
-      if score then
-        base = tonumber(score)
-      end
+  local ahead = redis.call('LLEN', queue)
+  local deadline = protected_deadline(ahead, window, redisson_wait)
+  local tail = ahead > 0 and redis.call('LINDEX', queue, -1)
+  if tail and tail ~= field then
+    local score = redis.call('ZSCORE', deadlines, tail)
+    if score then
+      deadline = math.max(deadline, tonumber(score) + redisson_wait)
     end
   end
-  if not base then
-    base = server_now_ms() + math.max(0, redis.call('PTTL', name))
-  end
-  return math.max(base + redisson_wait, deadline), marks
+  return deadline, marks
 end
 
 -- Record that `field` (a queued fairlock waiter) is alive for `window` ms more, and keep L alive at

@@ -178,3 +178,85 @@ async fn a_stale_java_head_is_purged_by_our_scripts() {
         0
     );
 }
+
+/// A mark in fairlock's liveness set whose waiter is no longer queued (Redisson's purge removes
+/// waiters from the queue and the deadline set, never from the liveness set) must not lower the
+/// protection of a waiter that joins behind a Java waiter: that Java waiter's acquisition shifts
+/// our score by a whole Redisson wait, and Redisson's next purge must still find it alive. (The
+/// torture test found this: the stale mark made the count of Redisson waiters ahead zero.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_liveness_mark_never_leaves_our_waiter_exposed_to_a_java_shift() {
+    const HOLDER: &str = "6c1b4f5e-0d0a-4c1e-9a51-5b8f8e0f2a11:56";
+    let (queue, deadlines) = (
+        "redisson_lock_queue:{shifted}",
+        "redisson_lock_timeout:{shifted}",
+    );
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = patient_client(&server).await;
+
+    // A Java holder, a mark left by a fairlock waiter that Redisson's purge removed, and a Java
+    // waiter queued as RFairLock's lock() does (deadline = PTTL + 300 s + its clock).
+    let _: () = raw.hset("shifted", HOLDER, 1).unwrap();
+    let _: () = raw.pexpire("shifted", 30_000).unwrap();
+    let now = server_now_ms(&mut raw);
+    let _: () = raw
+        .zadd(
+            "fairlock_liveness:{shifted}",
+            "0f0f0f0f-0000-4000-8000-000000000000:9",
+            now + 60_000,
+        )
+        .unwrap();
+    let _: () = raw.pexpire("fairlock_liveness:{shifted}", 60_000).unwrap();
+    let _: () = raw.zadd(deadlines, JAVA, now + 30_000 + 300_000).unwrap();
+    let _: () = raw.rpush(queue, JAVA).unwrap();
+
+    let lock = c.fair_lock("shifted");
+    let waiter = tokio::spawn(async move { lock.try_lock(Duration::from_secs(30), None).await });
+    wait_until(Duration::from_secs(10), "our waiter queued", || {
+        raw.llen::<_, i64>(queue).unwrap() == 2
+    });
+    let ours: String = raw.lindex(queue, 1).unwrap();
+    assert!(ours.starts_with(&c.id().hyphenated().to_string()));
+
+    // The Java holder lets go and the Java waiter takes the lock as RFairLock does: it leaves
+    // the queue and subtracts its wait (300 s) from every deadline left, ours included.
+    let _: () = redis::pipe()
+        .atomic()
+        .del("shifted")
+        .ignore()
+        .lpop(queue, None)
+        .ignore()
+        .zrem(deadlines, JAVA)
+        .ignore()
+        .zincr(deadlines, &ours, -300_000)
+        .ignore()
+        .hset("shifted", JAVA, 1)
+        .ignore()
+        .pexpire("shifted", 30_000)
+        .ignore()
+        .query(&mut raw)
+        .unwrap();
+
+    // Redisson's next script purges the head if its deadline has passed by the Java clock: ours
+    // must still be ahead of it.
+    let score: f64 = raw.zscore(deadlines, &ours).unwrap();
+    let now = server_now_ms(&mut raw);
+    assert!(
+        score as i64 > now,
+        "our live waiter looks expired to Redisson after one shift ({} ms)",
+        score as i64 - now
+    );
+
+    // Redisson's unlock: our waiter, the head, is told and takes the lock.
+    let _: () = raw.del("shifted").unwrap();
+    let _: () = raw
+        .publish(format!("redisson_lock__channel:{{shifted}}:{ours}"), "0")
+        .unwrap();
+    let g = waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("our waiter is served after the Java one");
+    g.unlock().await.unwrap();
+}
