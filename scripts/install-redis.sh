@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs redis-server, redis-cli and redis-sentinel with apt-get when any is missing.
+# Installs redis-server, redis-cli and redis-sentinel (and openssl, which tests/cli.rs uses to
+# make throw-away TLS certificates) with apt-get when any is missing.
 # Used by scripts/quickstart.sh, scripts/test.sh and .ci/run. Idempotent.
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
@@ -23,4 +25,5 @@ for svc in redis-server redis-sentinel; do
     $sudo systemctl stop "$svc" || true
   fi
 done
-command -v redis-server >/dev/null && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null
+command -v redis-server >/dev/null && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null \
+  && command -v openssl >/dev/null

@@ -47,8 +47,9 @@ pub(crate) type Pushes = mpsc::UnboundedReceiver<PushInfo>;
 /// What the subscriber opens its pub/sub connection on, per topology; made here beside the
 /// command connection so the two always agree.
 pub(crate) enum PubSubLink {
-    /// A dedicated pub/sub connection to this server.
-    Classic(redis::Client),
+    /// A dedicated pub/sub connection to this server. (Boxed: with redis-rs's TLS support on, a
+    /// `redis::Client` is several times the size of the other variants.)
+    Classic(Box<redis::Client>),
     /// The cluster's subscription-only RESP3 connection, and its push messages.
     Cluster {
         conn: ClusterConnection,
@@ -85,7 +86,10 @@ impl Conn {
                 )
                 .await
                 .map_err(|_| timed_out("connect timed out"))??;
-                Ok((Conn::Standalone(manager), PubSubLink::Classic(client)))
+                Ok((
+                    Conn::Standalone(manager),
+                    PubSubLink::Classic(Box::new(client)),
+                ))
             }
             Topology::Cluster { nodes, pubsub } => {
                 let builder = || {

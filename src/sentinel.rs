@@ -77,9 +77,12 @@ impl SentinelMaster {
             }
             SentinelNodeConnectionInfo::default().set_redis_connection_info(info)
         });
+        // An owned name works with both signatures redis-rs has (`String`, and `impl AsRef<str>`
+        // when its TLS support is on).
+        let service_name: String = master_name.to_owned();
         let client = SentinelClient::build(
             sentinels.iter().map(String::as_str).collect(),
-            master_name.to_owned(),
+            service_name,
             node_info,
             SentinelServerType::Master,
         )?;

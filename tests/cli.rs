@@ -1186,3 +1186,125 @@ async fn inspect_through_sentinel() {
     assert!(run.ok().stdout.contains(&java(31)[..36]));
     guard.unlock().await.unwrap();
 }
+
+/// Runs `openssl` (failing loudly when it is missing).
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("`openssl` is needed to make test certificates: apt-get install openssl");
+    assert!(out.status.success(), "openssl {args:?}: {out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_urls_connect_over_tls() {
+    // A throw-away CA and a certificate for 127.0.0.1.
+    let dir = std::env::temp_dir().join(format!("fairlock-cli-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    openssl(
+        &dir,
+        &[
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ]
+        .iter()
+        .copied()
+        .chain([
+            "-subj",
+            "/CN=fairlock test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ])
+        .collect::<Vec<_>>(),
+    );
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]
+        .iter()
+        .copied()
+        .chain(["-keyout", "server.key", "-out", "server.csr"])
+        .collect::<Vec<_>>(),
+    );
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(
+        &dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-out",
+            "server.pem",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+    let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
+    let tls_port = closed_port().to_string();
+    let server = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &path("server.pem"),
+        "--tls-key-file",
+        &path("server.key"),
+        "--tls-ca-cert-file",
+        &path("ca.pem"),
+        "--tls-auth-clients",
+        "no",
+    ]);
+    java_hold(&mut server.conn(), "secured", &java(5), Some(30_000));
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let ca = path("ca.pem");
+    let run_tls = |args: Vec<String>, trust: bool| {
+        let ca = ca.clone();
+        tokio::task::spawn_blocking(move || {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut cmd = command(&refs);
+            if trust {
+                cmd.env("SSL_CERT_FILE", &ca);
+            } else {
+                cmd.env_remove("SSL_CERT_FILE");
+            }
+            finish(cmd.spawn().unwrap(), &args.join(" "))
+        })
+    };
+    let args = |rest: &[&str]| -> Vec<String> {
+        ["--url", &url, "--json"]
+            .iter()
+            .chain(rest)
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    let snap = run_tls(args(&["inspect", "secured"]), true).await.unwrap();
+    let snap = snap.ok().json();
+    assert_eq!(snap["owners"][0]["field"], java(5));
+    let report = run_tls(args(&["scan"]), true).await.unwrap().ok().json();
+    assert_eq!(report["summary"]["locks"], 1);
+    // A server whose certificate is not trusted: one line, a Redis error.
+    let run = run_tls(args(&["inspect", "secured"]), false).await.unwrap();
+    assert!(run.fails_with(3).contains("certificate"), "{run:?}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

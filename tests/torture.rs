@@ -38,12 +38,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fairlock::{Client, FairLock, Lock, LockGuard};
-use tracing::Instrument;
 use support::history::{
     self, epoch_ms, mono_ns, Event, Fault, History, InstantClock, Outcome, Params, Scope, Snapshot,
 };
 use support::redisson_peer::{splitmix, PeerConfig, RedissonPeer, Sink, Wait};
 use support::{Proxy, RedisServer};
+use tracing::Instrument;
 
 const ROLE_ENV: &str = "FAIRLOCK_TORTURE_ROLE";
 

@@ -206,7 +206,7 @@ impl Task {
     async fn connect(&mut self) -> bool {
         let mut sentinel_generation = None;
         let client = match &self.transport {
-            Transport::Classic(client) => client.clone(),
+            Transport::Classic(client) => redis::Client::clone(client),
             Transport::Sentinel(master) => match master.client().await {
                 Ok((generation, client)) => {
                     sentinel_generation = Some(generation);

@@ -26,7 +26,8 @@ use crate::util::join_all;
 /// Where subscriptions live.
 pub(super) enum Transport {
     /// A dedicated RESP2 pub/sub connection opened from this client, reopened after a drop.
-    Classic(redis::Client),
+    /// (Boxed for the same reason as in [`PubSubLink`].)
+    Classic(Box<redis::Client>),
     /// The subscription-only RESP3 cluster connection (it reconnects by itself).
     Cluster {
         conn: ClusterConnection,
