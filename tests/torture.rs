@@ -15,11 +15,10 @@
 //! * `FAIRLOCK_TORTURE_CHILDREN=<n>`: client processes (default 3, at least 3 in CI).
 //!
 //! CI runs `torture_seed_1..3` (fixed seeds) and `torture_fresh_seed` one after the other,
-//! about 17 s each (12 s of load, then teardown and the check). Configurations the library should
-//! pass even before the fixes of its known bugs (all faults on, but no operation that relocks right
-//! after a drop or a cancel, and no shared holder ids):
-//! `FAIRLOCK_TORTURE_OPS=try,try0,reenter,longhold,fair` and
-//! `FAIRLOCK_TORTURE_OPS=lock,lease,try,try0,cancel,reenter,longhold,java,plain`.
+//! about 15 s each (12 s of load, then teardown and the check), with every operation and every
+//! fault kind on. The long run `benches/README.md` reports: `FAIRLOCK_TORTURE_SECS=1800 cargo
+//! nextest run --all-features --profile long --test torture torture_fresh_seed --no-capture` (the
+//! `long` profile lifts the default profile's 3-minute limit).
 //!
 //! A failing run prints its seed, each broken rule with the calls that show it and the history
 //! around them. Replay: `FAIRLOCK_TORTURE_SEED=<n> cargo nextest run --test torture
@@ -2045,15 +2044,15 @@ mod checker {
         assert_eq!(rules(&h), vec!["fifo-order"]);
     }
 
-    #[test]
-    fn fifo_entries_are_attributed_only_to_the_call_that_certainly_owns_them() {
-        // A's previous call on the name was dropped at 95 ms: the entry at 100 ms may be that
-        // call's leftover, so the overtake cannot be blamed on A's new call...
+    /// A's previous call on the name ("a0", dropped at 95 ms) and its next one ("a", from 96 ms,
+    /// granted token 3), both by `proc`; B, queued from 60 ms, granted token 2; a snapshot at
+    /// 100 ms shows A's field ahead of B's.
+    fn a_field_queued_across_two_calls(proc: &str) -> History {
         let mut h = hist();
         h.snapshots.push(snap("fair", 100, 1, &["u:1", "v:1"]));
-        h.add_events(call(
+        let a0 = call(
             "a0",
-            "p0",
+            proc,
             "fair",
             "u:1",
             10,
@@ -2061,10 +2060,11 @@ mod checker {
             95,
             Outcome::Cancelled,
             None,
-        ));
-        h.add_events(call(
+        );
+        h.add_events(a0);
+        let a = call(
             "a",
-            "p0",
+            proc,
             "fair",
             "u:1",
             96,
@@ -2072,8 +2072,9 @@ mod checker {
             300,
             Outcome::Granted,
             Some(3),
-        ));
-        h.add_events(call(
+        );
+        h.add_events(a);
+        let b = call(
             "b",
             "p1",
             "fair",
@@ -2083,7 +2084,16 @@ mod checker {
             150,
             Outcome::Granted,
             Some(2),
-        ));
+        );
+        h.add_events(b);
+        h
+    }
+
+    #[test]
+    fn fifo_entries_are_attributed_only_to_the_call_that_certainly_owns_them() {
+        // The entry at 100 ms may be the dropped call's leftover, so the overtake cannot be
+        // blamed on A's new call...
+        let mut h = a_field_queued_across_two_calls("p0");
         assert!(!rules(&h).contains(&"fifo-order"));
         // ... not even when a snapshot in between shows the field gone: an attempt the dropped
         // call abandoned in flight may still join (and then leave) after that snapshot...
@@ -2097,41 +2107,7 @@ mod checker {
         assert!(rules(&h).contains(&"fifo-order"));
         // For a Redisson-protocol thread a snapshot showing the field gone is enough: its
         // give-ups run inside its calls.
-        let mut h = hist();
-        h.snapshots.push(snap("fair", 100, 1, &["u:1", "v:1"]));
-        h.add_events(call(
-            "j0",
-            "java",
-            "fair",
-            "u:1",
-            10,
-            None,
-            95,
-            Outcome::Cancelled,
-            None,
-        ));
-        h.add_events(call(
-            "j1",
-            "java",
-            "fair",
-            "u:1",
-            96,
-            None,
-            300,
-            Outcome::Granted,
-            Some(3),
-        ));
-        h.add_events(call(
-            "b",
-            "p1",
-            "fair",
-            "v:1",
-            60,
-            None,
-            150,
-            Outcome::Granted,
-            Some(2),
-        ));
+        let mut h = a_field_queued_across_two_calls("java");
         assert!(!rules(&h).contains(&"fifo-order"));
         h.snapshots.push(snap("fair", 97, 1, &["v:1"]));
         assert!(rules(&h).contains(&"fifo-order"));
