@@ -253,6 +253,7 @@ impl LockGuard {
                 None => a.watchdog_guards = a.watchdog_guards.saturating_sub(1),
                 Some(id) => a.fixed.retain(|h| h.id != id.get()),
             }
+            a.pending_releases += 1;
             held.revalidate(a);
             true
         })

@@ -93,6 +93,11 @@ pub(crate) struct Account {
     pub(crate) watchdog_valid: Option<Instant>,
     /// Live guards of the current generation with a fixed lease.
     pub(crate) fixed: Vec<FixedHold>,
+    /// Guards of the current generation that have left the account and whose releases wait in
+    /// the line. Until the last of them runs, a release gives back only its own hold: a guard
+    /// dropped just before another guard of the same field is unlocked must not release the
+    /// other's hold too (that one's unlock would then find nothing and report the hold lost).
+    pub(crate) pending_releases: u64,
 }
 
 /// One live guard with a fixed lease.
@@ -345,6 +350,7 @@ impl Held {
     pub(crate) fn holds_vanished(&self, account: &mut Account, reason: LostReason) {
         let had_guards = account.has_guards();
         account.gen += 1;
+        account.pending_releases = 0;
         account.watchdog_guards = 0;
         account.watchdog_valid = None;
         account.fixed.clear();
@@ -367,6 +373,8 @@ impl Held {
             self.holds_vanished(account, reason);
         } else {
             account.gen += 1;
+            account.pending_releases = 0;
+            account.pending_releases = 0;
         }
     }
 

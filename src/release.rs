@@ -47,6 +47,14 @@ pub(crate) async fn release(
     let started = Instant::now();
     let mut retries: u32 = 0;
     let mut relearned = false;
+    if let What::Guard { gen } = what {
+        // This release is no longer waiting in the line (see `Account::pending_releases`).
+        turn.with(|a| {
+            if a.gen == gen {
+                a.pending_releases = a.pending_releases.saturating_sub(1);
+            }
+        });
+    }
     loop {
         let Some(args) = turn.with(|a| plan(a, what)) else {
             return Ok(Unlocked::Expired);
@@ -152,8 +160,13 @@ fn plan(a: &crate::held::Account, what: What) -> Option<ReleaseArgs> {
         What::Guard { gen } if gen != a.gen => None,
         What::Guard { .. } | What::Orphan => {
             // The last local hold of the field releases every hold Redis has for it (orphans of
-            // lost replies included): nothing local needs them, and the lock is then free.
-            let by = if a.has_guards() { 1 } else { a.count.max(1) };
+            // lost replies included): nothing local needs them, and the lock is then free. A
+            // release of another guard still waiting in the line is the last one, not this.
+            let by = if a.has_guards() || a.pending_releases > 0 {
+                1
+            } else {
+                a.count.max(1)
+            };
             Some(ReleaseArgs {
                 expected: a.count,
                 by,
@@ -164,7 +177,11 @@ fn plan(a: &crate::held::Account, what: What) -> Option<ReleaseArgs> {
         What::Dark if !a.dark => None,
         What::Dark => Some(ReleaseArgs {
             expected: a.count,
-            by: if a.has_guards() { 0 } else { a.count },
+            by: if a.has_guards() || a.pending_releases > 0 {
+                0
+            } else {
+                a.count
+            },
             dark: true,
             remaining_ttl_ms: a.remaining_ttl_ms(now),
         }),
@@ -201,6 +218,19 @@ mod tests {
         a.gen = 3;
         assert_eq!(plan(&a, What::Guard { gen: 2 }), None);
         assert!(plan(&a, What::Guard { gen: 3 }).is_some());
+    }
+
+    #[test]
+    fn a_release_with_another_one_waiting_in_line_gives_back_only_its_own_hold() {
+        // Two guards left, neither counted any more: the first release to run is not the last.
+        let mut a = account(2, 0, 0);
+        a.pending_releases = 1;
+        let first = plan(&a, What::Guard { gen: 0 }).unwrap();
+        assert_eq!((first.expected, first.by), (2, 1));
+        a.pending_releases = 0;
+        a.count = 1;
+        let last = plan(&a, What::Guard { gen: 0 }).unwrap();
+        assert_eq!((last.expected, last.by), (1, 1));
     }
 
     #[test]

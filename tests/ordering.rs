@@ -578,3 +578,41 @@ async fn a_queued_release_never_takes_a_later_grant_of_the_same_holder() {
     later.unlock().await.unwrap();
     assert!(!raw.exists::<_, bool>("stale-release").unwrap());
 }
+
+/// Two guards of one holder id (shared, as `.holder(n)` allows), one taken by the watchdog and one
+/// with a lease: the first is dropped and the second unlocked at once. The drop's release runs
+/// first and must give back only its own hold; the unlock then releases the last one, reports
+/// success, and the lock is free. (The torture test found the drop's release taking both holds,
+/// so that the unlock of a hold that was never lost answered `NotHeld`.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_dropped_guard_never_releases_the_hold_of_a_guard_unlocked_after_it() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let a = client(&server).await;
+    for fair in [false, true] {
+        let name = if fair { "shared-fair" } else { "shared-plain" };
+        let (first, second) = if fair {
+            let lock = a.fair_lock(name).holder(77);
+            let first = lock.lock().await.unwrap();
+            (
+                first,
+                lock.lock_with_lease(Duration::from_secs(10)).await.unwrap(),
+            )
+        } else {
+            let lock = a.lock(name).holder(77);
+            let first = lock.lock().await.unwrap();
+            (
+                first,
+                lock.lock_with_lease(Duration::from_secs(10)).await.unwrap(),
+            )
+        };
+        let count: i64 = raw.hget(name, first.owner_field()).unwrap();
+        assert_eq!(count, 2);
+        drop(first);
+        second
+            .unlock()
+            .await
+            .expect("the second guard's hold was never lost");
+        assert!(!raw.exists::<_, bool>(name).unwrap(), "{name} left locked");
+    }
+}
