@@ -19,6 +19,7 @@ mod connect;
 mod error;
 mod inspect;
 mod keys;
+mod listen;
 mod output;
 mod scan;
 mod scripts;

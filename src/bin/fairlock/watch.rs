@@ -2,7 +2,8 @@
 //! release channel, and every fair waiter's channel: a pattern subscription with classic pub/sub,
 //! the current head's channel with sharded pub/sub, moved as the head changes) and re-reads the
 //! lock on each message, at most once per [`MIN_GAP`], plus a slow periodic refresh. It never
-//! polls fast. Each read is compared with the previous one and the differences are events.
+//! polls fast. Each read is compared with the previous one and the differences are events. The
+//! subscriptions themselves are in `listen.rs`.
 //!
 //! Output: on a terminal a table redrawn in place; otherwise one line per event; with `--json`
 //! one JSON object per event. It ends on Ctrl-C / SIGTERM (exit 0), at `--max-events`, or when
@@ -12,14 +13,13 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::IsTerminal;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redis::cluster_async::ClusterConnection;
 use serde::Serialize;
 use tokio::sync::mpsc;
-use tokio_stream::StreamExt;
 
-use crate::connect::{Session, Target};
+use crate::connect::Session;
 use crate::error::Failure;
 use crate::keys::LockKeys;
+use crate::listen::{Listener, Notice};
 use crate::output::{self, Out};
 use crate::snapshot::{self, Latches, OwnerView, Snapshot};
 
@@ -29,17 +29,9 @@ const MIN_GAP: Duration = Duration::from_millis(50);
 /// After a message, read again this much later too: an acquisition publishes nothing, so the
 /// new owner of a lock released a moment ago shows up on one of these reads.
 const FOLLOW_UPS: [Duration; 2] = [Duration::from_millis(100), Duration::from_millis(500)];
-/// Pause before a lost subscription is made again.
-const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
 /// Events kept for the terminal view; samples of the queue length kept for its sparkline.
 const RECENT_EVENTS: usize = 10;
 const SAMPLES: usize = 60;
-
-/// What the listener reports.
-enum Notice {
-    Message,
-    Lost(String),
-}
 
 /// One line of `--json` output. Which fields appear depends on `event` (docs/CLI.md).
 #[derive(Debug, Clone, Serialize)]
@@ -501,166 +493,6 @@ fn sparkline(samples: &VecDeque<usize>) -> String {
         .iter()
         .map(|&n| BARS[(n * (BARS.len() - 1)).div_ceil(max).min(BARS.len() - 1)])
         .collect()
-}
-
-/// The subscriptions of `watch`.
-enum Listener {
-    /// A standalone server or Sentinel master: a task owns a classic pub/sub connection and
-    /// makes it again (following the master) when it is lost.
-    Server(tokio::task::JoinHandle<()>),
-    /// A cluster: a RESP3 cluster connection that redis-rs re-subscribes after reconnects and
-    /// slot moves; with sharded pub/sub the head's channel is followed here.
-    Cluster {
-        conn: ClusterConnection,
-        sharded: bool,
-        keys: LockKeys,
-        head: Option<String>,
-        forward: tokio::task::JoinHandle<()>,
-    },
-}
-
-impl Listener {
-    async fn start(
-        session: &Session,
-        keys: &LockKeys,
-        tx: mpsc::UnboundedSender<Notice>,
-    ) -> Result<Listener, Failure> {
-        if !session.is_cluster() {
-            let target = session.target.clone();
-            let keys = keys.clone();
-            // The first subscription is made before returning, so nothing published after
-            // the first read can be missed.
-            let pubsub = subscribe_server(&target, &keys).await?;
-            return Ok(Listener::Server(tokio::spawn(serve(
-                target,
-                keys,
-                tx,
-                Some(pubsub),
-            ))));
-        }
-        let (push_tx, mut push_rx) = mpsc::unbounded_channel::<redis::PushInfo>();
-        let mut conn = session.target.cluster_subscriber(push_tx).await?;
-        let fail = |e: redis::RedisError| Failure::redis("cannot subscribe", e);
-        if session.classic {
-            conn.subscribe(&keys.channel).await.map_err(fail)?;
-            conn.psubscribe(keys.waiter_channel_pattern())
-                .await
-                .map_err(fail)?;
-        }
-        if session.sharded {
-            conn.ssubscribe(&keys.channel).await.map_err(fail)?;
-        }
-        let forward = tokio::spawn(async move {
-            while let Some(push) = push_rx.recv().await {
-                let notice = match push.kind {
-                    redis::PushKind::Message
-                    | redis::PushKind::PMessage
-                    | redis::PushKind::SMessage => Notice::Message,
-                    redis::PushKind::Disconnection => {
-                        Notice::Lost("a subscription connection was lost".into())
-                    }
-                    _ => continue,
-                };
-                if tx.send(notice).is_err() {
-                    return;
-                }
-            }
-        });
-        Ok(Listener::Cluster {
-            conn,
-            sharded: session.sharded,
-            keys: keys.clone(),
-            head: None,
-            forward,
-        })
-    }
-
-    /// With sharded pub/sub, listens on the channel of the current head of the queue.
-    async fn follow_head(&mut self, snap: &Snapshot) {
-        let Listener::Cluster {
-            conn,
-            sharded: true,
-            keys,
-            head,
-            ..
-        } = self
-        else {
-            return;
-        };
-        let new = snap.queue.first().map(|w| w.field.clone());
-        if *head == new {
-            return;
-        }
-        if let Some(old) = head.take() {
-            let _ = conn.sunsubscribe(keys.waiter_channel(&old)).await;
-        }
-        if let Some(field) = &new {
-            if conn.ssubscribe(keys.waiter_channel(field)).await.is_ok() {
-                *head = new;
-            }
-        }
-    }
-
-    fn stop(self) {
-        match self {
-            Listener::Server(task) => task.abort(),
-            Listener::Cluster { forward, .. } => forward.abort(),
-        }
-    }
-}
-
-async fn subscribe_server(target: &Target, keys: &LockKeys) -> Result<redis::aio::PubSub, Failure> {
-    let client = target.server_client().await?;
-    let fail = |e: redis::RedisError| Failure::redis("cannot subscribe", e);
-    let mut pubsub = tokio::time::timeout(target.timeout, client.get_async_pubsub())
-        .await
-        .map_err(|_| Failure::Redis("cannot subscribe: connecting timed out".into()))?
-        .map_err(fail)?;
-    pubsub.subscribe(&keys.channel).await.map_err(fail)?;
-    pubsub
-        .psubscribe(keys.waiter_channel_pattern())
-        .await
-        .map_err(fail)?;
-    Ok(pubsub)
-}
-
-/// Forwards messages of a server's pub/sub connection; makes it again when it is lost.
-async fn serve(
-    target: Target,
-    keys: LockKeys,
-    tx: mpsc::UnboundedSender<Notice>,
-    mut pubsub: Option<redis::aio::PubSub>,
-) {
-    loop {
-        let current = match pubsub.take() {
-            Some(p) => p,
-            None => match subscribe_server(&target, &keys).await {
-                Ok(p) => p,
-                Err(e) => {
-                    if tx.send(Notice::Lost(e.to_string())).is_err() {
-                        return;
-                    }
-                    tokio::time::sleep(RESUBSCRIBE_AFTER).await;
-                    continue;
-                }
-            },
-        };
-        let mut messages = current.into_on_message();
-        while messages.next().await.is_some() {
-            if tx.send(Notice::Message).is_err() {
-                return;
-            }
-        }
-        if tx
-            .send(Notice::Lost(
-                "the subscription connection was closed".into(),
-            ))
-            .is_err()
-        {
-            return;
-        }
-        tokio::time::sleep(RESUBSCRIBE_AFTER).await;
-    }
 }
 
 /// Ctrl-C and SIGTERM.
