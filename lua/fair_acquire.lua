@@ -63,10 +63,10 @@ end
 -- restores the order everyone else already had.
 if mode == 'requeue' and head ~= field and held == 0
     and not redis.call('ZSCORE', deadlines, field) then
-  local deadline, marks = joining_deadline(queue, deadlines, liveness, field, window,
+  local deadline = joining_deadline(name, queue, deadlines, liveness, field, window,
     redisson_wait, true)
   redis.call('LPUSH', queue, field)
-  mark_joined(liveness, field, window, marks)
+  mark_alive(liveness, field, window, deadline)
   redis.call('ZADD', deadlines, deadline, field)
   head = field
 end
@@ -76,7 +76,11 @@ if not exists and (not head or head == field) then
   if head then
     redis.call('LPOP', queue)
     redis.call('ZREM', deadlines, field)
-    redis.call('ZREM', liveness, field)
+    if redis.call('LLEN', queue) == 0 then
+      redis.call('DEL', liveness)
+    else
+      redis.call('ZREM', liveness, field)
+    end
   end
   redis.call('HSET', name, field, 1)
   redis.call('PEXPIRE', name, lease)
@@ -117,9 +121,10 @@ end
 if redis.call('ZSCORE', deadlines, field) then
   local mark = redis.call('ZSCORE', liveness, field)
   if not mark or tonumber(mark) < server_now_ms() + window / 2 then
-    mark_alive(liveness, field, window)
-    redis.call('ZADD', deadlines, 'XX', 'GT',
-      protected_deadline(place_of(queue, field), window, redisson_wait), field)
+    local deadline = protected_deadline(queue, liveness, place_of(queue, field), window,
+      redisson_wait)
+    redis.call('ZADD', deadlines, 'XX', 'GT', deadline, field)
+    mark_alive(liveness, field, window, deadline)
   end
   return {0, 0, hint()}
 end
@@ -129,10 +134,10 @@ if mode == 'try' then
 end
 
 -- 4. Join the tail (the head when the queue was empty).
-local deadline, marks = joining_deadline(queue, deadlines, liveness, field, window,
+local deadline = joining_deadline(name, queue, deadlines, liveness, field, window,
   redisson_wait, false)
 local position = redis.call('RPUSH', queue, field)
-mark_joined(liveness, field, window, marks)
+mark_alive(liveness, field, window, deadline)
 redis.call('ZADD', deadlines, deadline, field)
 if not head then
   head = field

@@ -28,9 +28,10 @@ local function beat(name, queue, deadlines, liveness, field, channel_prefix)
     redis.call('ZREM', liveness, field)
     return 2
   end
-  mark_alive(liveness, field, window)
-  redis.call('ZADD', deadlines, 'XX', 'GT',
-    protected_deadline(place_of(queue, field), window, redisson_wait), field)
+  local deadline = protected_deadline(queue, liveness, place_of(queue, field), window,
+    redisson_wait)
+  redis.call('ZADD', deadlines, 'XX', 'GT', deadline, field)
+  mark_alive(liveness, field, window, deadline)
   sweep_liveness(deadlines, liveness)
   if head == field and redis.call('EXISTS', name) == 0 then
     return 1

@@ -35,6 +35,9 @@ local function purge_stale_head(queue, deadlines, liveness)
   while true do
     local head = redis.call('LINDEX', queue, 0)
     if not head then
+      if removed > 0 then
+        redis.call('DEL', liveness)
+      end
       return removed, nil
     end
     local alive_until = redis.call('ZSCORE', liveness, head)
@@ -58,16 +61,37 @@ local function deadline_of(deadlines, liveness, waiter)
   return until_ms and tonumber(until_ms)
 end
 
--- The score a fairlock waiter keeps in Z: far enough ahead that Redisson's shifts cannot make it
--- look expired before the waiter's next refresh. Only a Redisson waiter *ahead* of it can shift
--- it (by at most `redisson_wait`, once, when that waiter acquires or gives up), and nobody joins
--- ahead of it later except a fairlock waiter put back at the head (which shifts nothing). So every
--- waiter ahead is counted as a possible Redisson one. (Counting waiters without a mark in L would
--- be tighter but is not safe: a Redisson purge removes a waiter from Q and Z and leaves its mark
--- in L, and such stale marks would make the count too small.) `ahead` is the waiter's 0-based place
--- in Q. Refreshes only ever raise a score (ZADD GT).
-local function protected_deadline(ahead, window, redisson_wait)
-  return server_now_ms() + window + ahead * redisson_wait
+-- How many of the first `place` waiters of the queue have no mark in L: those may be Redisson
+-- waiters. Each such waiter ahead of a fairlock waiter can shift its score (by at most
+-- `redisson_wait`, once, when it acquires or gives up); fairlock waiters shift nothing. Every
+-- queued member is looked up in L (ZMSCORE, in chunks): counting `LLEN(Q) - ZCARD(L)` instead is
+-- wrong, because a Redisson purge removes a waiter from Q and Z and leaves its mark in L. O(place).
+local function unmarked_ahead(queue, liveness, place)
+  local unmarked = 0
+  local from = 0
+  while from < place do
+    local to = math.min(place, from + 500) - 1
+    local members = redis.call('LRANGE', queue, from, to)
+    if #members == 0 then
+      break
+    end
+    local marks = redis.call('ZMSCORE', liveness, unpack(members))
+    for i = 1, #members do
+      if not marks[i] then
+        unmarked = unmarked + 1
+      end
+    end
+    from = to + 1
+  end
+  return unmarked
+end
+
+-- The score a fairlock waiter at 0-based `place` in Q keeps in Z: far enough ahead that the
+-- shifts of the Redisson waiters ahead of it cannot make it look expired before its next refresh
+-- (nobody joins ahead of it later except a fairlock waiter put back at the head, which shifts
+-- nothing). Refreshes only ever raise a score (ZADD GT).
+local function protected_deadline(queue, liveness, place, window, redisson_wait)
+  return server_now_ms() + window + unmarked_ahead(queue, liveness, place) * redisson_wait
 end
 
 -- The 0-based place of `field` in the queue (LPOS, O(place)); the queue length when absent.
@@ -75,47 +99,56 @@ local function place_of(queue, field)
   return redis.call('LPOS', queue, field) or redis.call('LLEN', queue)
 end
 
--- The score a waiter joining the queue gets: the protected deadline for its place, and, when it
--- joins behind anyone, at least what Redisson's chain would give a waiter with `redisson_wait`
--- (the score of the tail it joins behind plus one wait): a Redisson waiter that later joins
--- behind it chains its own deadline on this score. A waiter put back at the head (`at_head`) has
--- nobody ahead, so nothing can shift it and nothing chains on it. Call it before pushing the
--- waiter. Also returns how many marks L had (the join creates L when there were none).
-local function joining_deadline(queue, deadlines, liveness, field, window, redisson_wait, at_head)
-  local marks = redis.call('ZCARD', liveness)
+-- The score a waiter joining the queue gets: the protected deadline for its place, and, when
+-- Redisson waiters are queued ahead, at least what Redisson's chain would give a waiter with
+-- `redisson_wait` (the score of the tail it joins behind plus one wait), because a Redisson waiter
+-- that later joins behind it chains its own deadline on this score. The chain is capped at what a
+-- queue of this length could give a Redisson waiter (the lock's TTL plus one wait per waiter
+-- ahead and its own): fairlock's hand-overs do not shift the scores behind them, so without the
+-- cap the tail's score would grow by a wait with every join. A waiter put back at the head
+-- (`at_head`) has nobody ahead: nothing can shift it and nothing chains on it. Call it before
+-- pushing the waiter.
+local function joining_deadline(name, queue, deadlines, liveness, field, window, redisson_wait,
+    at_head)
   if at_head then
-    return protected_deadline(0, window, redisson_wait), marks
+    return server_now_ms() + window
   end
   local ahead = redis.call('LLEN', queue)
-  local deadline = protected_deadline(ahead, window, redisson_wait)
-  local tail = ahead > 0 and redis.call('LINDEX', queue, -1)
-  if tail and tail ~= field then
-    local score = redis.call('ZSCORE', deadlines, tail)
-    if score then
-      deadline = math.max(deadline, tonumber(score) + redisson_wait)
-    end
+  local redisson_ahead = unmarked_ahead(queue, liveness, ahead)
+  local deadline = server_now_ms() + window + redisson_ahead * redisson_wait
+  if redisson_ahead == 0 then
+    return deadline
   end
-  return deadline, marks
+  local tail = redis.call('LINDEX', queue, -1)
+  local score = tail and tail ~= field and redis.call('ZSCORE', deadlines, tail)
+  if score then
+    local cap = server_now_ms() + window + math.max(0, redis.call('PTTL', name))
+      + (ahead + 1) * redisson_wait
+    deadline = math.max(deadline, math.min(tonumber(score) + redisson_wait, cap))
+  end
+  return deadline
 end
 
--- Record that `field` (a queued fairlock waiter) is alive for `window` ms more, and keep L alive at
--- least that long: L expires by itself once no fairlock waiter refreshes it (every mark in it has
--- lapsed by then), so a crashed client never leaves it behind. Its TTL is never shortened, since
--- clients may use different windows.
-local function mark_alive(liveness, field, window)
-  redis.call('ZADD', liveness, server_now_ms() + window, field)
-  if redis.call('PTTL', liveness) < window then
-    redis.call('PEXPIRE', liveness, window)
+-- Record that `field` (a queued fairlock waiter whose score in Z is `score`) is alive for
+-- `window` ms more. L must outlive the score: while L exists, a fairlock waiter is judged by its
+-- mark, so a waiter whose client died is purged within the window even when its score (which
+-- carries Redisson's margins) is minutes away; were L to expire first, the waiter would be judged
+-- by that score like a Redisson waiter. L's TTL is never shortened (clients may use different
+-- windows; Redisson's shifts only lower scores). Our scripts delete L when the queue empties;
+-- after a Redisson client empties it, L expires by itself.
+local function mark_alive(liveness, field, window, score)
+  local now = server_now_ms()
+  redis.call('ZADD', liveness, now + window, field)
+  local needed = math.max(window, math.ceil(score - now))
+  if redis.call('PTTL', liveness) < needed then
+    redis.call('PEXPIRE', liveness, needed)
   end
 end
 
--- Marks a waiter that joins the queue. The set's TTL is set here only when the join created the
--- set (`others` is the number of marks before it); otherwise the heartbeats keep it, and until
--- the first one the waiter's protected score in Z already keeps it from being purged.
-local function mark_joined(liveness, field, window, marks_before)
-  redis.call('ZADD', liveness, server_now_ms() + window, field)
-  if marks_before == 0 then
-    redis.call('PEXPIRE', liveness, window)
+-- After our script removed waiters: once nobody is queued, L has no live member and goes.
+local function forget_marks_if_empty(queue, liveness)
+  if redis.call('LLEN', queue) == 0 then
+    redis.call('DEL', liveness)
   end
 end
 
@@ -137,6 +170,9 @@ local function leave_queue(queue, deadlines, liveness, field)
   local was_queued = redis.call('ZREM', deadlines, field)
   redis.call('LREM', queue, 0, field)
   redis.call('ZREM', liveness, field)
+  if was_queued == 1 then
+    forget_marks_if_empty(queue, liveness)
+  end
   return was_queued
 end
 

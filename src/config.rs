@@ -412,12 +412,11 @@ impl Builder {
     ///
     /// Every Redisson acquisition (and every timed-out Redisson wait) moves the deadline of each
     /// waiter behind it that much earlier, fairlock's waiters included (PROTOCOL 4). fairlock's
-    /// waiters keep one such margin in their deadline per waiter ahead of them (any of which may
-    /// be a Redisson one), so Redisson's purge never takes a live one of ours for dead; whether
-    /// one of ours is alive is judged by a liveness mark Redisson does not touch, so in a queue of
-    /// fairlock waiters only the deadlines Redisson would read change with this setting. A
-    /// Redisson client that waits longer than this on the same fair lock can make a live fairlock
-    /// waiter lose its place (it then rejoins at the head, out of order).
+    /// waiters keep one such margin in their deadline per Redisson waiter ahead of them, so
+    /// Redisson's purge never takes a live one of ours for dead; whether one of ours is alive is
+    /// judged by a liveness mark Redisson does not touch. A Redisson client that waits longer
+    /// than this on the same fair lock can make a live fairlock waiter lose its place (it then
+    /// rejoins at the head, out of order). Nothing changes for queues without Redisson waiters.
     #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn redisson_wait(mut self, wait: Duration) -> Self {
         self.redisson_wait = wait;

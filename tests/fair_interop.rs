@@ -260,3 +260,152 @@ async fn a_stale_liveness_mark_never_leaves_our_waiter_exposed_to_a_java_shift()
         .expect("our waiter is served after the Java one");
     g.unlock().await.unwrap();
 }
+
+/// A fairlock waiter whose client died behind a Java waiter keeps a score minutes away (Redisson's
+/// chain), so it must stay judged by its liveness mark: the liveness set has to outlive the
+/// window of the last mark, or the dead waiter would look like a Redisson waiter with minutes
+/// left and block the queue. Here its client is cut off (every request blackholed), the mark
+/// lapses by more than a window, the Java waiter gives up and the Java holder lets go: another
+/// fairlock client takes the lock at once, purging the dead waiter, and nothing is left after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_waiter_with_a_long_score_is_judged_by_its_lapsed_mark() {
+    const HOLDER: &str = "6c1b4f5e-0d0a-4c1e-9a51-5b8f8e0f2a11:56";
+    let (queue, deadlines, liveness) = (
+        "redisson_lock_queue:{lapsed}",
+        "redisson_lock_timeout:{lapsed}",
+        "fairlock_liveness:{lapsed}",
+    );
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    let mut raw = server.conn();
+    let _: () = raw.hset("lapsed", HOLDER, 1).unwrap();
+    let _: () = raw.pexpire("lapsed", 60_000).unwrap();
+    let now = server_now_ms(&mut raw);
+    let _: () = raw.zadd(deadlines, JAVA, now + 60_000 + 300_000).unwrap();
+    let _: () = raw.rpush(queue, JAVA).unwrap();
+
+    let window = Duration::from_millis(600);
+    let doomed = Client::builder()
+        .standalone(proxy.url())
+        .waiter_liveness(window)
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let lock = doomed.fair_lock("lapsed");
+    let waiter = tokio::spawn(async move { lock.lock().await });
+    wait_until(Duration::from_secs(10), "the doomed waiter queued", || {
+        raw.llen::<_, i64>(queue).unwrap() == 2
+    });
+    let dead: String = raw.lindex(queue, 1).unwrap();
+    let score: f64 = raw.zscore(deadlines, &dead).unwrap();
+    assert!(
+        score as i64 - server_now_ms(&mut raw) > 300_000,
+        "a waiter behind a Java waiter carries Redisson's margin"
+    );
+
+    // Its client is cut off: no heartbeat, no give-up reaches Redis from now on.
+    proxy.set_blackhole_requests(true);
+    let mark =
+        |raw: &mut redis::Connection| -> Option<f64> { raw.zscore(liveness, &dead).unwrap() };
+    let last = mark(&mut raw).expect("the waiter's mark") as i64;
+    // The scenario is a mark lapsed by more than a whole window (when a liveness set that
+    // lived only a window would have expired with it).
+    wait_until(
+        Duration::from_secs(10),
+        "the mark lapsed by a window",
+        || server_now_ms(&mut raw) > last + 2 * window.as_millis() as i64,
+    );
+    assert_eq!(mark(&mut raw).map(|m| m as i64), Some(last));
+
+    // The Java waiter gives up as Redisson does (shifting those behind it by its wait), and the
+    // Java holder lets go.
+    let _: () = redis::pipe()
+        .atomic()
+        .zrem(deadlines, JAVA)
+        .ignore()
+        .lrem(queue, 0, JAVA)
+        .ignore()
+        .zincr(deadlines, &dead, -300_000)
+        .ignore()
+        .del("lapsed")
+        .ignore()
+        .query(&mut raw)
+        .unwrap();
+
+    let alive = patient_client(&server).await;
+    let g = alive
+        .fair_lock("lapsed")
+        .try_lock(Duration::from_secs(2), None)
+        .await
+        .unwrap()
+        .expect("the dead waiter is purged by its lapsed mark, not kept by its score");
+    g.unlock().await.unwrap();
+    for key in [queue, deadlines, liveness, "lapsed"] {
+        assert!(!raw.exists::<_, bool>(key).unwrap(), "{key} left behind");
+    }
+    waiter.abort();
+    drop(doomed);
+}
+
+/// Fairlock's hand-overs and give-ups do not shift the scores behind them, so chaining each
+/// joining waiter on the tail's score would let the tail's score grow by a Redisson wait with
+/// every join while a Java waiter stays queued. Joining scores are capped at what a queue of that
+/// length could give a Redisson waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joining_scores_stay_within_a_redisson_chain_of_the_queue_length() {
+    let (queue, deadlines) = (
+        "redisson_lock_queue:{churn}",
+        "redisson_lock_timeout:{churn}",
+    );
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = patient_client(&server).await;
+    let holder = c.fair_lock("churn").lock().await.unwrap();
+    let now = server_now_ms(&mut raw);
+    let pttl: i64 = raw.pttl("churn").unwrap();
+    let _: () = raw.zadd(deadlines, JAVA, now + pttl + 300_000).unwrap();
+    let _: () = raw.rpush(queue, JAVA).unwrap();
+
+    // Two of ours queued behind the Java waiter at any time; the older one leaves, a new one
+    // joins, twelve times over.
+    let join = |id: i64| {
+        let lock = c.fair_lock("churn").holder(id);
+        tokio::spawn(async move { lock.lock().await })
+    };
+    let field = |id: i64| format!("{}:{id}", c.id().hyphenated());
+    let mut queued = std::collections::VecDeque::new();
+    for id in 1..=14 {
+        queued.push_back((id, join(id)));
+        wait_until(Duration::from_secs(10), "the new waiter queued", || {
+            raw.lpos::<_, _, Option<i64>>(queue, field(id), redis::LposOptions::default())
+                .unwrap()
+                .is_some()
+        });
+        if queued.len() > 2 {
+            let (old, task) = queued.pop_front().unwrap();
+            task.abort();
+            wait_until(Duration::from_secs(10), "the old waiter left", || {
+                raw.lpos::<_, _, Option<i64>>(queue, field(old), redis::LposOptions::default())
+                    .unwrap()
+                    .is_none()
+            });
+        }
+    }
+    let len: i64 = raw.llen(queue).unwrap();
+    assert_eq!(len, 3);
+    let tail: String = raw.lindex(queue, -1).unwrap();
+    let score: f64 = raw.zscore(deadlines, &tail).unwrap();
+    let now = server_now_ms(&mut raw);
+    let pttl: i64 = raw.pttl("churn").unwrap();
+    let bound = pttl + (len + 1) * 300_000 + 60_000;
+    assert!(
+        (score as i64 - now) <= bound,
+        "the tail's score grew past a Redisson chain: {} ms > {bound} ms",
+        score as i64 - now
+    );
+    for (_, task) in queued {
+        task.abort();
+    }
+    holder.unlock().await.unwrap();
+}
