@@ -1603,7 +1603,9 @@ fn torture(test: &str, seed: u64) {
             c.alive = false;
         }
     }
-    // The peer: no new calls; waiting ones may finish, then give up.
+    // The peer: no new calls; waiting ones may finish, then give up. Entries whose give-up was
+    // lost to a fault are given up once more (counted in the summary).
+    let mut java_leftovers = 0;
     java_stop.store(true, Ordering::SeqCst);
     rt.block_on(async {
         let until = Instant::now() + Duration::from_secs(10);
@@ -1619,6 +1621,12 @@ fn torture(test: &str, seed: u64) {
         }
         if java_threads.iter().any(|t| !t.is_finished()) {
             problems.push("liveness: a Redisson-protocol thread did not finish".into());
+        }
+        if let Some(peer) = &peer {
+            match peer.give_up_leftovers(&FAIR_NAMES).await {
+                Ok(n) => java_leftovers = n,
+                Err(e) => problems.push(format!("teardown: the peer's leftovers: {e}")),
+            }
         }
     });
     drop(peer);
@@ -1660,6 +1668,7 @@ fn torture(test: &str, seed: u64) {
         "  faults injected: {:?}",
         shared.fault_counts.lock().unwrap()
     );
+    println!("  Redisson-protocol entries given up again at teardown: {java_leftovers}");
     println!(
         "  checks: {} overlapping hold pairs, {} tokens, {} fifo pairs ({} exempt by faults), \
          {} bounded waits ({} exempt by faults), leftovers {}",

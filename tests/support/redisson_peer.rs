@@ -248,6 +248,47 @@ impl RedissonPeer {
         self.inner.stop_notify.notify_waiters();
     }
 
+    /// Gives up, once more, every entry of this peer still queued in the fair locks `names`, and
+    /// returns how many there were. A Redisson give-up lost to a fault (or an abandoned waiter)
+    /// leaves its waiter queued until its deadline, minutes away for `lock()`: Redisson's own
+    /// behaviour, which the test cannot wait out at teardown.
+    pub async fn give_up_leftovers(&self, names: &[&str]) -> redis::RedisResult<usize> {
+        let mut conn = self.conn();
+        let prefix = format!("{}:", self.uuid());
+        let mut n = 0;
+        for name in names {
+            let queued: Vec<String> = redis::cmd("LRANGE")
+                .arg(key("redisson_lock_queue", name))
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut conn)
+                .await?;
+            for field in queued.iter().filter(|f| f.starts_with(&prefix)) {
+                self.give_up(name, field, 300_000).await?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Marks the recorded call `id` as a re-entry.
+    fn mark_reentrant(&self, id: &str) {
+        let mut sink = self.inner.sink.lock().unwrap();
+        for ev in sink.iter_mut().rev() {
+            if let Event::Call {
+                id: call,
+                reentrant,
+                ..
+            } = ev
+            {
+                if call == id {
+                    *reentrant = true;
+                    return;
+                }
+            }
+        }
+    }
+
     fn record(&self, ev: Event) {
         self.inner.sink.lock().unwrap().push(ev);
     }
@@ -334,7 +375,13 @@ impl RedissonPeer {
             let sent = mono_ns();
             let poll = self.poll(name, fair, &field, lease_ms, wait_ms).await;
             match poll {
-                Ok(Poll::Granted(token)) => {
+                Ok(Poll::Granted(token, reentered)) => {
+                    if reentered && !reentrant {
+                        // Redis still had a hold of this thread that the peer did not know of
+                        // (an orphan of a lost reply): this grant was a re-entry, to which the
+                        // queue's order does not apply.
+                        self.mark_reentrant(&id);
+                    }
                     let hold = self.hold_for(name, fair, &field, lease_ms, how.lease.is_none());
                     hold.validity.fetch_max(
                         sent + lease_ms as u64 * 1_000_000 - margin_ns(lease_ms),
@@ -483,7 +530,8 @@ impl RedissonPeer {
                 .await?
         };
         Ok(match reply.as_slice() {
-            [1, token] => Poll::Granted(*token as u64),
+            [1, token] => Poll::Granted(*token as u64, false),
+            [1, token, count] => Poll::Granted(*token as u64, *count > 1),
             [0, ttl, deadline] => Poll::Waiting {
                 ttl: *ttl,
                 deadline: *deadline,
@@ -668,8 +716,12 @@ impl RedissonPeer {
 }
 
 enum Poll {
-    Granted(u64),
-    Waiting { ttl: i64, deadline: i64 },
+    /// The token, and whether Redis counted it as a re-entry.
+    Granted(u64, bool),
+    Waiting {
+        ttl: i64,
+        deadline: i64,
+    },
 }
 
 /// The peer's one pub/sub connection: channels by name, each with a `Notify` (one stored

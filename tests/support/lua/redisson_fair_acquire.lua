@@ -3,7 +3,8 @@
 -- KEYS[1] owner hash NAME, KEYS[2] waiter queue, KEYS[3] deadline zset, KEYS[4] fencing counter
 -- ARGV[1] lease ms, ARGV[2] owner field, ARGV[3] wait ms (300000 for lock()), ARGV[4] now (epoch ms)
 --
--- Reply: {1, token} granted or re-entered (the fencing counter is bumped on every grant);
+-- Reply: {1, token, count} granted or re-entered (the fencing counter is bumped on every grant;
+--        count > 1 is a re-entry: the test's bookkeeping, Redisson replies nil);
 --        {0, ttl, deadline} not granted: `ttl` is how long the thread may sleep before polling
 --        again, `deadline` the score this poll queued us with (-1 when we were queued already).
 --
@@ -15,9 +16,9 @@ local lease, me, wait, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonu
 
 drop_expired_front(queue, deadlines, now)
 
-local function granted()
+local function granted(count)
   redis.call('PEXPIRE', name, lease)
-  return {1, redis.call('INCR', counter)}
+  return {1, redis.call('INCR', counter), count}
 end
 
 if redis.call('EXISTS', name) == 0 then
@@ -31,13 +32,12 @@ if redis.call('EXISTS', name) == 0 then
       redis.call('ZINCRBY', deadlines, -wait, waiter)
     end
     redis.call('HSET', name, me, 1)
-    return granted()
+    return granted(1)
   end
 end
 
 if redis.call('HEXISTS', name, me) == 1 then
-  redis.call('HINCRBY', name, me, 1)
-  return granted()
+  return granted(redis.call('HINCRBY', name, me, 1))
 end
 
 -- Queued already: sleep at most as long as the lock lives.
