@@ -13,6 +13,8 @@
 -- ARGV[5] '1' to increment the fencing counter on a grant, '0' otherwise
 -- ARGV[6] publish command ('PUBLISH' or 'SPUBLISH'), ARGV[7] release channel of this lock
 -- ARGV[8] liveness window in ms, ARGV[9] the longest wait a Redisson client uses (ms)
+-- ARGV[10] '1' when an earlier give-up of this field failed: an entry of the field still queued
+--          is not this call's place in line, and is dropped first (the call joins at the tail)
 --
 -- Reply: {1, count, token}  granted or re-entered; count = our hold count now
 --        {2, count, token}  the caller's count + 1 was already there: an earlier send of this
@@ -33,6 +35,7 @@ local lease, field, expected = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local mode, fenced = ARGV[4], ARGV[5] == '1'
 local publish_cmd, channel_prefix = ARGV[6], ARGV[7]
 local window, redisson_wait = tonumber(ARGV[8]), tonumber(ARGV[9])
+local drop_stale = ARGV[10] == '1'
 
 local purged, head = purge_stale_head(queue, deadlines, liveness)
 -- Our hold count: a lock that does not exist holds nothing (no read needed on the free path).
@@ -51,6 +54,15 @@ local function granted(count)
     return {1, count, redis.call('INCR', token_key)}
   end
   return {1, count, 0}
+end
+
+-- A failed give-up left this field queued: a new call does not inherit that place. When the
+-- entry was the head of a free lock, the new head is woken below like a purged one's.
+if drop_stale and held == 0 and redis.call('ZSCORE', deadlines, field) then
+  leave_queue(queue, deadlines, liveness, field)
+  local more
+  more, head = purge_stale_head(queue, deadlines, liveness)
+  purged = purged + more + 1
 end
 
 if held == expected + 1 then

@@ -441,8 +441,14 @@ async fn attempt_with_turn(
     sync: Option<ReplicaSync>,
     command_timeout: Duration,
 ) -> Result<Attempt> {
-    let expected = turn.with(|a| a.count);
-    let reply = ops::acquire(conn, args, expected).await;
+    // A new call's first attempt (never a re-check of a waiter) drops what a failed give-up
+    // of the field may have left queued.
+    let (expected, drop_stale) =
+        turn.with(|a| (a.count, a.stale_entry && args.mode != Mode::Requeue));
+    let reply = ops::acquire(conn, args, expected, drop_stale).await;
+    if drop_stale && reply.is_ok() {
+        turn.with(|a| a.stale_entry = false);
+    }
     match &reply {
         Ok(Attempt::Acquired { count, adopted, .. }) => turn.with(|a| {
             // What Redis had for us before this attempt: `count - 1`, or for an adopted hold the

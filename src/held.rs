@@ -98,6 +98,10 @@ pub(crate) struct Account {
     /// dropped just before another guard of the same field is unlocked must not release the
     /// other's hold too (that one's unlock would then find nothing and report the hold lost).
     pub(crate) pending_releases: u64,
+    /// A give-up of this field failed: Redis may still queue the field where that waiter stood.
+    /// The next call's first attempt drops such an entry before it joins, so a new call always
+    /// joins at the tail, never in a place a failed give-up left behind.
+    pub(crate) stale_entry: bool,
 }
 
 /// One live guard with a fixed lease.

@@ -109,7 +109,14 @@ pub(crate) struct AcquireArgs {
 }
 
 /// Runs one acquire attempt; `expected` is the hold count we believe Redis has for the field.
-pub(crate) async fn acquire(conn: &mut Conn, args: &AcquireArgs, expected: u64) -> Result<Attempt> {
+/// `drop_stale` (fair locks): first take the field out of the queue wherever an earlier waiter of
+/// it was left (a give-up that failed).
+pub(crate) async fn acquire(
+    conn: &mut Conn,
+    args: &AcquireArgs,
+    expected: u64,
+    drop_stale: bool,
+) -> Result<Attempt> {
     let keys = &args.spec.keys;
     let publish = conn.publish_command();
     let fenced = if args.fenced { "1" } else { "0" };
@@ -130,6 +137,7 @@ pub(crate) async fn acquire(conn: &mut Conn, args: &AcquireArgs, expected: u64) 
                 .arg(keys.channel())
                 .arg(args.liveness_ms)
                 .arg(args.redisson_wait_ms)
+                .arg(if drop_stale { "1" } else { "0" })
                 .invoke_async(conn)
                 .await?
         }

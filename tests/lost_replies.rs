@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use fairlock::Client;
 use redis::Commands;
-use support::{wait_until_async, Proxy, RedisCluster, RedisServer};
+use support::{wait_until, wait_until_async, Proxy, RedisCluster, RedisServer};
 
 /// A client whose connections go through `proxy`, with a short command timeout.
 async fn proxied(proxy: &Proxy) -> Client {
@@ -242,4 +242,79 @@ fn the_same_acquire_sent_twice_holds_once() {
             assert_eq!(count, 1, "{name}");
         }
     }
+}
+
+/// A waiter's give-up is lost (its client is cut off while it leaves the queue), so its entry
+/// stays where it stood. The same holder's next call must join at the tail, behind a waiter that
+/// arrived in between, instead of taking up the old entry's place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_after_a_failed_give_up_joins_at_the_tail() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let mut raw = server.conn();
+    let queue = "redisson_lock_queue:{after-give-up}";
+    let holder_client = Client::connect(&server.url()).await.unwrap();
+    let other = Client::connect(&server.url()).await.unwrap();
+    let cut_off = proxied(&proxy).await;
+    let holder = holder_client
+        .fair_lock("after-give-up")
+        .lock()
+        .await
+        .unwrap();
+
+    // Our waiter queues first...
+    let lock = cut_off.fair_lock("after-give-up").holder(5);
+    let first = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.try_lock(Duration::from_millis(1500), None).await })
+    };
+    wait_until(Duration::from_secs(10), "our waiter queued", || {
+        raw.llen::<_, i64>(queue).unwrap() == 1
+    });
+    let ours: String = raw.lindex(queue, 0).unwrap();
+    // ... and its give-up never arrives.
+    proxy.set_blackhole_requests(true);
+    let outcome = support::joined(first, Duration::from_secs(10), "the first call").await;
+    // Timed out, or the Redis error of a re-check that could not get through.
+    assert!(
+        !matches!(outcome, Ok(Some(_))),
+        "the first call was not granted"
+    );
+    // Another waiter arrives meanwhile.
+    let theirs = {
+        let lock = other.fair_lock("after-give-up");
+        tokio::spawn(async move { lock.try_lock(Duration::from_secs(10), None).await })
+    };
+    wait_until(Duration::from_secs(10), "their waiter queued", || {
+        raw.llen::<_, i64>(queue).unwrap() == 2
+    });
+    assert_eq!(raw.lindex::<_, String>(queue, 0).unwrap(), ours);
+    proxy.set_blackhole_requests(false);
+    proxy.reset_all();
+
+    // Our next call is a newcomer: it joins behind them.
+    let second = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.try_lock(Duration::from_secs(10), None).await })
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "our new call queued behind theirs",
+        || {
+            let q: Vec<String> = raw.lrange(queue, 0, -1).unwrap();
+            q.len() == 2 && q[1] == ours
+        },
+    );
+    holder.unlock().await.unwrap();
+    let theirs = support::joined(theirs, Duration::from_secs(10), "their call")
+        .await
+        .unwrap()
+        .expect("they arrived first");
+    assert!(!second.is_finished(), "our new call waits behind theirs");
+    theirs.unlock().await.unwrap();
+    let ours = support::joined(second, Duration::from_secs(10), "our new call")
+        .await
+        .unwrap()
+        .expect("served next");
+    ours.unlock().await.unwrap();
 }

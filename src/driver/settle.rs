@@ -43,10 +43,13 @@ pub(super) fn abandoned_in_background(attempt: AttemptFuture, held: Arc<Held>, a
 /// Takes a waiter that stopped waiting out of its queue (the caller holds the field's turn).
 pub(crate) async fn give_up_logged(held: &Held, spec: &LockSpec, field: &str) {
     let mut conn = held.inner.conn.clone();
-    match ops::give_up(&mut conn, spec, field).await {
+    let outcome = ops::give_up(&mut conn, spec, field).await;
+    held.lane.with(|a| a.stale_entry = outcome.is_err());
+    match outcome {
         Ok(removed) => tracing::debug!(lock = spec.name(), field, removed, "gave up waiting"),
         Err(e) => tracing::warn!(lock = spec.name(), field, error = %e,
-            "give-up failed; the waiter is purged when its liveness window lapses"),
+            "give-up failed; the waiter is purged when its liveness window lapses, or by this \
+             holder's next attempt"),
     }
 }
 
