@@ -59,6 +59,11 @@ local function drop_waiter(queue, deadlines, liveness, field)
   redis.call('LREM', queue, 0, field)
   redis.call('ZREM', deadlines, field)
   redis.call('ZREM', liveness, field)
+  -- As the library's scripts do: with nobody queued, the liveness set has no live member (its TTL
+  -- may be minutes, PROTOCOL 7).
+  if redis.call('LLEN', queue) == 0 then
+    redis.call('DEL', liveness)
+  end
 end
 
 -- Publishes the release message '0' (PROTOCOL 2) on `channel` with each command in `commands`
