@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use fairlock::{Client, LockGuard, LostReason};
 use redis::Commands;
-use support::{wait_until, wait_until_async, EventCount, RedisServer};
+use support::{info_field, wait_until, wait_until_async, EventCount, RedisServer};
 
 async fn client(server: &RedisServer) -> Client {
     Client::connect(&server.url()).await.unwrap()
@@ -261,8 +261,16 @@ async fn shutdown_racing_an_attempt_gives_the_grant_back() {
                 }
             })
         };
-        // The attempt is sent at once; give the task a moment to send it (the pause holds it).
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The attempt is sent at once and the pause holds it: Redis counts it as blocked.
+        wait_until(
+            Duration::from_secs(5),
+            "the attempt held by the pause",
+            || {
+                info_field(&server.info("clients"), "blocked_clients")
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .is_some_and(|n| n >= 1)
+            },
+        );
         let shutdown = {
             let c = c.clone();
             tokio::spawn(async move { c.shutdown().await })
