@@ -13,8 +13,9 @@
 -- ARGV[5] '1' to increment the fencing counter on a grant, '0' otherwise
 -- ARGV[6] publish command ('PUBLISH' or 'SPUBLISH'), ARGV[7] release channel of this lock
 -- ARGV[8] liveness window in ms, ARGV[9] the longest wait a Redisson client uses (ms)
--- ARGV[10] '1' when an earlier give-up of this field failed: an entry of the field still queued
---          is not this call's place in line, and is dropped first (the call joins at the tail)
+-- ARGV[10] '1' when no other call of the field waits: an entry of the field still queued was
+--          left by an ended call (its give-up failed), is not this call's place in line, and is
+--          dropped first (the call joins at the tail)
 --
 -- Reply: {1, count, token}  granted or re-entered; count = our hold count now
 --        {2, count, token}  the caller's count + 1 was already there: an earlier send of this

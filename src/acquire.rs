@@ -135,6 +135,8 @@ async fn acquire_inner(
         lease: req.lease,
         in_flight: None,
         queued: false,
+        counted: false,
+        drop_stale: false,
         subscription: None,
         zero_wait: req.wait == Some(Duration::ZERO),
         beat: None,
@@ -171,6 +173,12 @@ struct Waiter {
     in_flight: Option<AttemptFuture>,
     /// We may be in the fair queue (set before the first attempt that can enqueue).
     queued: bool,
+    /// We are one of the field's `waiting_calls` (see [`Account`](crate::held::Account)).
+    counted: bool,
+    /// No other call of ours waited on the field when we began: any entry of the field in the
+    /// queue was left by an ended call, and our attempts drop it before joining, until one of them
+    /// gets a reply (after that, an entry of the field may be the one we made).
+    drop_stale: bool,
     subscription: Option<Subscription>,
     /// A zero wait: the first failed attempt ends the call.
     zero_wait: bool,
@@ -306,9 +314,23 @@ impl Waiter {
     /// the outcome with the turn still held, so a grant is registered before anyone else's
     /// operation on the field.
     async fn attempt(&mut self) -> (Result<Attempt>, FieldTurn) {
-        if self.args.spec.kind == Kind::Fair && self.args.mode != Mode::Try {
+        let fair = self.args.spec.kind == Kind::Fair;
+        if fair && !self.counted {
+            // Decided when the attempt takes its place in the line: a call that ended before
+            // this one began has its give-up (or settling) ahead of us in the line, and a call
+            // that is still waiting shares its entry with us.
+            let joins = self.args.mode != Mode::Try;
+            self.drop_stale = self.held.lane.with(|a| {
+                let alone = a.waiting_calls == 0;
+                a.waiting_calls += u64::from(joins);
+                alone
+            });
+            self.counted = joins;
+        }
+        if fair && self.args.mode != Mode::Try {
             self.queued = true;
         }
+        let drop_stale = self.drop_stale && self.args.mode != Mode::Requeue;
         let entry = Lane::reserve(&self.held);
         let mut conn = self.inner.conn.clone();
         let held = self.held.clone();
@@ -317,11 +339,15 @@ impl Waiter {
         let timeout = self.inner.config.command_timeout;
         let attempt = self.in_flight.insert(Box::pin(async move {
             let turn = entry.turn().await;
-            let outcome = attempt_with_turn(&mut conn, &held, &turn, &args, sync, timeout).await;
+            let outcome =
+                attempt_with_turn(&mut conn, &held, &turn, &args, drop_stale, sync, timeout).await;
             (outcome, turn)
         }));
         let outcome = attempt.as_mut().await;
         self.in_flight = None;
+        if outcome.0.is_ok() {
+            self.drop_stale = false;
+        }
         outcome
     }
 
@@ -438,17 +464,12 @@ async fn attempt_with_turn(
     held: &Held,
     turn: &FieldTurn,
     args: &AcquireArgs,
+    drop_stale: bool,
     sync: Option<ReplicaSync>,
     command_timeout: Duration,
 ) -> Result<Attempt> {
-    // A new call's first attempt (never a re-check of a waiter) drops what a failed give-up
-    // of the field may have left queued.
-    let (expected, drop_stale) =
-        turn.with(|a| (a.count, a.stale_entry && args.mode != Mode::Requeue));
+    let expected = turn.with(|a| a.count);
     let reply = ops::acquire(conn, args, expected, drop_stale).await;
-    if drop_stale && reply.is_ok() {
-        turn.with(|a| a.stale_entry = false);
-    }
     match &reply {
         Ok(Attempt::Acquired { count, adopted, .. }) => turn.with(|a| {
             // What Redis had for us before this attempt: `count - 1`, or for an adopted hold the
@@ -502,6 +523,11 @@ impl Drop for Waiter {
         // `Notified` drop, and after a consumed one the next await is an attempt, whose outcome the
         // driver settles: a late grant is released, which publishes the next wake-up.)
         // No I/O here: the driver settles whatever we leave behind.
+        if self.counted {
+            // Whatever we leave queued is given up (or settled) ahead of any later call's first
+            // attempt in the field's line; if that fails, that call drops the entry.
+            self.held.lane.with(|a| a.waiting_calls -= 1);
+        }
         if let Some(attempt) = self.in_flight.take() {
             // The attempt keeps its place in the field's line (and its turn, once it has it)
             // until the driver has settled its outcome.

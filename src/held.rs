@@ -98,10 +98,13 @@ pub(crate) struct Account {
     /// dropped just before another guard of the same field is unlocked must not release the
     /// other's hold too (that one's unlock would then find nothing and report the hold lost).
     pub(crate) pending_releases: u64,
-    /// A give-up of this field failed: Redis may still queue the field where that waiter stood.
-    /// The next call's first attempt drops such an entry before it joins, so a new call always
-    /// joins at the tail, never in a place a failed give-up left behind.
-    pub(crate) stale_entry: bool,
+    /// Calls of this field that may be in the fair queue right now (counted from their first
+    /// attempt that can join it until they end). When a call starts while this is zero, no call
+    /// of ours owns an entry of the field, so any entry Redis still queues for it was left by a
+    /// give-up that failed or never ran (an error, a restart, a cut connection), possibly in a
+    /// [`Held`] that is gone since. Such a call drops that entry before it joins: a new call
+    /// always joins at the tail, never in a place an ended call left behind.
+    pub(crate) waiting_calls: u64,
 }
 
 /// One live guard with a fixed lease.
@@ -377,7 +380,6 @@ impl Held {
             self.holds_vanished(account, reason);
         } else {
             account.gen += 1;
-            account.pending_releases = 0;
             account.pending_releases = 0;
         }
     }

@@ -109,8 +109,8 @@ pub(crate) struct AcquireArgs {
 }
 
 /// Runs one acquire attempt; `expected` is the hold count we believe Redis has for the field.
-/// `drop_stale` (fair locks): first take the field out of the queue wherever an earlier waiter of
-/// it was left (a give-up that failed).
+/// `drop_stale` (fair locks): first take the field out of the queue wherever an ended call of
+/// it was left (a give-up that failed or never ran).
 pub(crate) async fn acquire(
     conn: &mut Conn,
     args: &AcquireArgs,

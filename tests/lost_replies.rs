@@ -318,3 +318,66 @@ async fn a_call_after_a_failed_give_up_joins_at_the_tail() {
         .expect("served next");
     ours.unlock().await.unwrap();
 }
+
+/// An entry of our field that no call of ours owns (left by a call whose give-up failed, in
+/// client state that is gone since) is not the place of a new call: the call takes it out and
+/// joins at the tail, behind a waiter that queued after the entry was left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_call_never_takes_the_place_its_field_left_in_the_queue() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let name = "left-behind";
+    let queue = "redisson_lock_queue:{left-behind}";
+    let holder_client = Client::connect(&server.url()).await.unwrap();
+    let other = Client::connect(&server.url()).await.unwrap();
+    let ours_client = Client::connect(&server.url()).await.unwrap();
+    let holder = holder_client.fair_lock(name).lock().await.unwrap();
+
+    // The entry an ended call of ours left: at the head, with a live mark and a far deadline.
+    let ours = format!("{}:7", ours_client.id());
+    let now: i64 = {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut raw).unwrap();
+        secs * 1000 + micros / 1000
+    };
+    let _: () = raw.rpush(queue, &ours).unwrap();
+    let _: () = raw
+        .zadd("redisson_lock_timeout:{left-behind}", &ours, now + 60_000)
+        .unwrap();
+    let _: () = raw
+        .zadd("fairlock_liveness:{left-behind}", &ours, now + 60_000)
+        .unwrap();
+    let theirs = {
+        let lock = other.fair_lock(name);
+        tokio::spawn(async move { lock.try_lock(Duration::from_secs(10), None).await })
+    };
+    wait_until(Duration::from_secs(10), "their waiter queued", || {
+        raw.llen::<_, i64>(queue).unwrap() == 2
+    });
+
+    let second = {
+        let lock = ours_client.fair_lock(name).holder(7);
+        tokio::spawn(async move { lock.try_lock(Duration::from_secs(10), None).await })
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "our call queued behind theirs",
+        || {
+            let q: Vec<String> = raw.lrange(queue, 0, -1).unwrap();
+            q.len() == 2 && q[1] == ours
+        },
+    );
+    holder.unlock().await.unwrap();
+    let theirs = support::joined(theirs, Duration::from_secs(10), "their call")
+        .await
+        .unwrap()
+        .expect("they queued before our call began");
+    assert!(!second.is_finished(), "our call waits behind theirs");
+    theirs.unlock().await.unwrap();
+    let ours = support::joined(second, Duration::from_secs(10), "our call")
+        .await
+        .unwrap()
+        .expect("served next");
+    ours.unlock().await.unwrap();
+    let left: i64 = raw.exists(queue).unwrap();
+    assert_eq!(left, 0, "nothing queued at the end");
+}

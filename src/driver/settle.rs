@@ -44,7 +44,6 @@ pub(super) fn abandoned_in_background(attempt: AttemptFuture, held: Arc<Held>, a
 pub(crate) async fn give_up_logged(held: &Held, spec: &LockSpec, field: &str) {
     let mut conn = held.inner.conn.clone();
     let outcome = ops::give_up(&mut conn, spec, field).await;
-    held.lane.with(|a| a.stale_entry = outcome.is_err());
     match outcome {
         Ok(removed) => tracing::debug!(lock = spec.name(), field, removed, "gave up waiting"),
         Err(e) => tracing::warn!(lock = spec.name(), field, error = %e,
