@@ -232,7 +232,13 @@ impl Waiter {
                         let names = self.inner.config.metrics_lock_names;
                         metrics::handover(&self.args.spec, names, woken.elapsed());
                     }
-                    return self.granted(turn, sent, token).await.map(Some);
+                    match self.granted(turn, sent, token).await? {
+                        Some(guard) => return Ok(Some(guard)),
+                        // Given back: it could no longer be trusted when it reached us.
+                        None if self.zero_wait => return Ok(None),
+                        None if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(None),
+                        None => continue,
+                    }
                 }
                 Attempt::Waiting { .. } if self.zero_wait => return Ok(None),
                 Attempt::Waiting { hint_ms, queued_at } => {
@@ -354,12 +360,17 @@ impl Waiter {
     /// Turns a grant into a guard, still holding the turn: the hold joins the field's account
     /// (its lease, its validity) before any other operation on the field can run. A grant that
     /// arrives after the client began shutting down is given back instead.
+    ///
+    /// So is a grant that can no longer be trusted when we get to it (`None`): its lease, counted
+    /// from when the attempt was sent, has run out (our process was paused, or the reply was that
+    /// slow), and no live hold of the field keeps the lock valid. Another client may hold the lock
+    /// by now; a guard made from it would be valid for no time at all, so none is made.
     async fn granted(
         &mut self,
         turn: FieldTurn,
         sent: Instant,
         token: Option<u64>,
-    ) -> Result<LockGuard> {
+    ) -> Result<Option<LockGuard>> {
         if self.inner.check_open().is_err() {
             // Shutdown releases what it finds; this grant came after it looked (or while it
             // waited for our turn): give it back here, to its end even if the caller leaves.
@@ -372,7 +383,12 @@ impl Waiter {
         }
         let held = &self.held;
         let watchdog_timeout = self.inner.config.watchdog_timeout;
-        let (gen, lease) = turn.with(|a| {
+        let registered = turn.with(|a| {
+            let own = validity_deadline(sent, self.lease.unwrap_or(watchdog_timeout));
+            let trusted = a.validity().map_or(own, |(live, _)| live.max(own));
+            if trusted <= Instant::now() {
+                return None;
+            }
             let lease = match self.lease {
                 None => {
                     a.watchdog_guards += 1;
@@ -389,8 +405,20 @@ impl Waiter {
                 }
             };
             held.revalidate(a);
-            (a.gen, lease)
+            Some((a.gen, lease))
         });
+        let Some((gen, lease)) = registered else {
+            tracing::warn!(
+                since_sent = ?sent.elapsed(),
+                "a grant reached us after its lease ran out; giving it back"
+            );
+            let held = self.held.clone();
+            let release = Handoff::new(&self.inner.driver.clone(), async move {
+                let _ = release_logged(&held, &turn, What::Orphan).await;
+            });
+            release.run().await;
+            return Ok(None);
+        };
         let guard = LockGuard::new(held.clone(), gen, held.epoch(), lease, token);
         self.inner.driver.send_lazy(Work::Acquired {
             held: held.clone(),
@@ -398,7 +426,7 @@ impl Waiter {
         });
         drop(turn);
         tracing::debug!(waited = ?sent.elapsed(), "acquired");
-        Ok(guard)
+        Ok(Some(guard))
     }
 
     /// Handles an error met while waiting. A transient one (see [`Error::is_transient`]) is

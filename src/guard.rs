@@ -250,7 +250,13 @@ impl LockGuard {
             // A deadline that passed while this hold was live is marked (and reported) first.
             held.revalidate(a);
             match self.lease.0 {
-                None => a.watchdog_guards = a.watchdog_guards.saturating_sub(1),
+                None => {
+                    a.watchdog_guards = a.watchdog_guards.saturating_sub(1);
+                    if a.watchdog_guards == 0 {
+                        // The next watchdog hold earns its own validity.
+                        a.watchdog_valid = None;
+                    }
+                }
                 Some(id) => a.fixed.retain(|h| h.id != id.get()),
             }
             a.pending_releases += 1;

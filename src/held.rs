@@ -135,7 +135,7 @@ impl Account {
     }
 
     /// Until when the live holds can be trusted, and whether the watchdog is what sets it.
-    fn validity(&self) -> Option<(Instant, bool)> {
+    pub(crate) fn validity(&self) -> Option<(Instant, bool)> {
         let fixed = self
             .fixed
             .iter()

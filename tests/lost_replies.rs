@@ -381,3 +381,56 @@ async fn a_new_call_never_takes_the_place_its_field_left_in_the_queue() {
     let left: i64 = raw.exists(queue).unwrap();
     assert_eq!(left, 0, "nothing queued at the end");
 }
+
+/// A grant whose reply arrives after the lease it was granted with has run out (counted from
+/// when the attempt was sent) is never turned into a guard: another client may hold the lock by
+/// then. The call gives it back and tries again; here every reply is that slow, so the call ends
+/// without the lock when its wait runs out. With replies faster than the lease, it is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_that_arrives_after_its_lease_ran_out_is_given_back() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let mut raw = server.conn();
+    let slow = Client::builder()
+        .standalone(proxy.url())
+        .command_timeout(Duration::from_secs(3))
+        .watchdog_timeout(Duration::from_millis(240))
+        .timer_tick(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    proxy.set_latency(Duration::ZERO, Duration::from_millis(400));
+    for fair in [true, false] {
+        for lease in [None, Some(Duration::from_millis(150))] {
+            let name = format!("late-grant-{fair}-{}", lease.is_some());
+            let got = if fair {
+                slow.fair_lock(name.as_str())
+                    .try_lock(Duration::from_millis(900), lease)
+                    .await
+            } else {
+                slow.lock(name.as_str())
+                    .try_lock(Duration::from_millis(900), lease)
+                    .await
+            };
+            let got = got.unwrap();
+            assert!(
+                got.is_none(),
+                "{name}: a guard from a grant whose lease had run out: valid until {:?} from now",
+                got.as_ref()
+                    .map(|g| g.valid_until().saturating_duration_since(Instant::now()))
+            );
+            let exists: bool = raw.exists(&name).unwrap();
+            assert!(!exists, "{name}: the late grant was given back");
+        }
+    }
+    // The same client on a fast enough link is granted as usual.
+    proxy.set_latency(Duration::ZERO, Duration::from_millis(20));
+    let guard = slow
+        .fair_lock("late-grant-fast")
+        .try_lock(Duration::from_millis(900), None)
+        .await
+        .unwrap()
+        .expect("granted");
+    assert!(guard.valid_until() > Instant::now());
+    guard.unlock().await.unwrap();
+}

@@ -1910,6 +1910,9 @@ mod checker {
             reason: "Gone".into(),
         }]);
         h.add_events(hold("f", "p1", "plain3", "v:1", (50, 150), 2, 160, 900));
+        // G's validity ran out before its call returned (its process paused): never trusted.
+        h.add_events(hold("x", "p1", "plain4", "v:1", (0, 10), 1, 200, 500));
+        h.add_events(hold("g", "p0", "plain4", "u:1", (0, 50), 2, 900, 45));
         assert!(
             !rules(&h).contains(&"mutual-exclusion"),
             "{:?}",

@@ -16,7 +16,8 @@
 //!   process froze for good (killed, or stopped and then killed). The library promises nobody else
 //!   can be granted the lock before `valid_until`, and the other holder's interval starts only
 //!   when its call returned, after its grant ran in Redis. Two trusted intervals of different
-//!   owner fields on one name must not overlap (one field is one reentrant holder).
+//!   owner fields on one name must not overlap (one field is one reentrant holder). An empty
+//!   interval (the validity ran out before the call returned) is trusted for no time at all.
 //! * **Fencing** (`fencing`): tokens of one name are unique, and a grant whose call returned
 //!   before another call started has the smaller token.
 //! * **FIFO** (`fifo-order`, `fifo-arrival`), fair names only, for waiters whose owner field is
@@ -809,6 +810,9 @@ pub fn check_mutual_exclusion(h: &History, stats: &mut CheckStats) -> Vec<Violat
             .filter_map(|c| c.granted().map(|(t, _)| (t, h.trusted_end(c), *c)))
             .collect();
         stats.holds += holds.len();
+        // A guard whose validity ran out before its call returned (its process was paused after
+        // the grant was registered) was never trusted: it cannot overlap anything.
+        holds.retain(|(s, e, _)| e > s);
         holds.sort_by_key(|(s, _, _)| *s);
         // Sweep: every hold still open when the next starts.
         let mut open: Vec<(u64, u64, &Call)> = Vec::new();
