@@ -133,11 +133,18 @@ async fn calls_sharing_a_holder_id_never_take_each_others_grants() {
         async move { ran }
     })
     .await;
-    let second = {
+    // The second call is polled once here, so it has taken its place in the field's line
+    // (behind the first call's attempt, still waiting for its reply) before the reply flows.
+    let mut second = {
         let lock = lock.clone();
-        tokio::spawn(async move { lock.lock().await })
+        Box::pin(async move { lock.lock().await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::select! {
+        biased;
+        _ = &mut second => panic!("the second call cannot finish before the first's reply"),
+        _ = std::future::ready(()) => {}
+    }
+    let second = tokio::spawn(second);
     proxy.set_blackhole_replies(false);
     let g1 = support::joined(first, Duration::from_secs(10), "the first call")
         .await
