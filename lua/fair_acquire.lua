@@ -58,8 +58,9 @@ local function granted(count)
 end
 
 -- A failed give-up left this field queued: a new call does not inherit that place. When the
--- entry was the head of a free lock, the new head is woken below like a purged one's.
-if drop_stale and held == 0 and redis.call('ZSCORE', deadlines, field) then
+-- entry was the head of a free lock, the new head is woken below like a purged one's. (An empty
+-- queue holds no entry: the uncontended path pays no extra command.)
+if drop_stale and held == 0 and head and redis.call('ZSCORE', deadlines, field) then
   leave_queue(queue, deadlines, liveness, field)
   local more
   more, head = purge_stale_head(queue, deadlines, liveness)
