@@ -1,11 +1,16 @@
 //! Server-side cost of one fair acquire + release while N waiters are queued behind the acquirer.
 //!
 //! Set-up with raw commands: `redisson_lock_queue:{NAME}` gets N fake waiter fields (`RPUSH`) and
-//! `redisson_lock_timeout:{NAME}` their deadlines far in the future (`ZADD`). Then, per cycle, our
-//! own field goes to the head (`LPUSH` + `ZADD`), `try_lock(Duration::ZERO, Some(lease))` on a
-//! handle with `.holder(1)` takes the lock (the head of a free lock may), and `unlock()` releases
-//! it. The figure is the `evalsha` time Redis reports in `INFO commandstats` (script run time,
-//! the commands the script calls included), per cycle, after `CONFIG RESETSTAT`.
+//! `redisson_lock_timeout:{NAME}` their deadlines far in the future (`ZADD`). Then, per cycle, a
+//! waiter's field goes to the head (`LPUSH` + `ZADD`), fairlock's own acquire script
+//! (`lua/fair_acquire.lua`, loaded with `include_str!` exactly as the library loads it) runs as a
+//! woken head's attempt does (mode `requeue`) and takes the lock, and fairlock's unlock script
+//! releases it. The figure is the `evalsha` time Redis reports in `INFO commandstats` (script run
+//! time, the commands the script calls included), per cycle, after `CONFIG RESETSTAT`.
+//!
+//! The scripts are called directly, as the baseline's are, rather than through a `Client`: a
+//! library call that finds its field planted at the head without having queued it takes that
+//! entry for one an ended call left behind, drops it and joins at the tail (PROTOCOL 7).
 //!
 //! Baseline, same run, same depths, interleaved: the same cycle with scripts that behave on the
 //! wire as Redisson's fair lock does (our own model of it, `benches/lua/redisson_model_*.lua`),
@@ -34,6 +39,19 @@ const REDISSON_WAIT_MS: i64 = 300_000;
 /// (10^12 ms / 300 000 ms per acquisition = 3.3 million acquisitions).
 const FAR_MS: i64 = 1_000_000_000_000;
 const REDISSON_FIELD: &str = "0b6e7f9a-8d1c-4c3e-b2a5-9f0e1d2c3b4a:1";
+const FAIRLOCK_FIELD: &str = "5d2c8e41-7a3b-4f90-9c6e-1b2a3c4d5e6f:1";
+
+/// fairlock's fair acquire and unlock, composed as `src/scripts.rs` composes them.
+const FAIR_ACQUIRE: &str = concat!(
+    include_str!("../lua/fair_prologue.lua"),
+    "\n",
+    include_str!("../lua/fair_acquire.lua")
+);
+const FAIR_UNLOCK: &str = concat!(
+    include_str!("../lua/fair_prologue.lua"),
+    "\n",
+    include_str!("../lua/fair_unlock.lua")
+);
 
 /// A model of Redisson's fair acquire (our own Lua: purge, shift every deadline on a grant).
 /// KEYS: name, queue, timeout set; ARGV: lease, field, wait, now.
@@ -103,11 +121,12 @@ impl Phase {
 }
 
 struct Bench {
-    client: fairlock::Client,
     conn: ConnectionManager,
     admin: MultiplexedConnection,
     acquire: redis::Script,
     unlock: redis::Script,
+    fair_acquire: redis::Script,
+    fair_unlock: redis::Script,
 }
 
 async fn server_now_ms(conn: &mut ConnectionManager) -> i64 {
@@ -161,17 +180,46 @@ impl Bench {
     async fn cycle(&mut self, target: Target, far: i64) {
         match target.variant {
             Variant::Fair => {
-                let field = format!("{}:1", self.client.id());
-                self.push_head(target, &field, far).await;
-                let guard = self
-                    .client
-                    .fair_lock(target.name())
-                    .holder(1)
-                    .try_lock(Duration::ZERO, Some(LEASE))
+                self.push_head(target, FAIRLOCK_FIELD, far).await;
+                let name = target.name();
+                let acquired: Vec<i64> = self
+                    .fair_acquire
+                    .key(&name)
+                    .key(target.queue())
+                    .key(target.deadlines())
+                    .key(format!("fairlock_liveness:{{{name}}}"))
+                    .key(format!("redisson_lock_token:{{{name}}}"))
+                    .arg(LEASE.as_millis() as i64)
+                    .arg(FAIRLOCK_FIELD)
+                    .arg(0) // the hold count we believe Redis has
+                    .arg("requeue")
+                    .arg("0") // not fenced
+                    .arg("PUBLISH")
+                    .arg(target.channel())
+                    .arg(fairlock::DEFAULT_WAITER_LIVENESS.as_millis() as i64)
+                    .arg(REDISSON_WAIT_MS)
+                    .arg("0") // our call is the one that queued the entry
+                    .invoke_async(&mut self.conn)
                     .await
-                    .expect("try_lock")
-                    .expect("the head of a free lock acquires");
-                guard.unlock().await.expect("unlock");
+                    .expect("fairlock acquire");
+                assert_eq!(acquired, [1, 1, 0], "the head of a free lock acquires");
+                let released: Vec<i64> = self
+                    .fair_unlock
+                    .key(&name)
+                    .key(target.queue())
+                    .key(target.deadlines())
+                    .key(format!("fairlock_liveness:{{{name}}}"))
+                    .arg(FAIRLOCK_FIELD)
+                    .arg(1) // expected count
+                    .arg(1) // release one hold
+                    .arg("0") // no attempt of ours lost its reply
+                    .arg(-1) // no remaining holds need a TTL
+                    .arg("PUBLISH")
+                    .arg(target.channel())
+                    .invoke_async(&mut self.conn)
+                    .await
+                    .expect("fairlock unlock");
+                assert_eq!(released, [1, 0], "the unlock frees the lock");
             }
             Variant::Redisson => {
                 self.push_head(target, REDISSON_FIELD, far).await;
@@ -251,11 +299,12 @@ fn main() {
     let url = server.url();
     common::runtime().block_on(async {
         let mut b = Bench {
-            client: fairlock::Client::connect(&url).await.expect("connect"),
             conn: common::manager(&url).await,
             admin: common::admin_conn(&url).await,
             acquire: redis::Script::new(REDISSON_ACQUIRE),
             unlock: redis::Script::new(REDISSON_UNLOCK),
+            fair_acquire: redis::Script::new(FAIR_ACQUIRE),
+            fair_unlock: redis::Script::new(FAIR_UNLOCK),
         };
         common::flush_all(&mut b.admin).await;
         let targets: Vec<Target> = DEPTHS
@@ -277,7 +326,6 @@ fn main() {
                 phases.push(b.phase(t, cycles).await);
             }
         }
-        b.client.shutdown().await;
         report(&phases);
     });
 }
@@ -304,7 +352,7 @@ fn wall_us(phases: &[Phase], variant: Variant, depth: usize) -> f64 {
 fn report(phases: &[Phase]) {
     println!();
     println!(
-        "| waiters queued | fairlock: script µs per acquire+release | µs per script call | Redisson-style: script µs per acquire+release | Redisson-style / fairlock | fairlock client wall µs per cycle |"
+        "| waiters queued | fairlock: script µs per acquire+release | µs per script call | Redisson-style: script µs per acquire+release | Redisson-style / fairlock | fairlock wall µs per cycle (set-up included) |"
     );
     println!("|---:|---:|---:|---:|---:|---:|");
     for depth in DEPTHS {

@@ -86,6 +86,20 @@ local function unmarked_ahead(queue, liveness, place)
   return unmarked
 end
 
+-- `unmarked_ahead` for a waiter about to join at the tail, which has every queued waiter ahead of
+-- it. Q and Z hold the same waiters, so the count is |Z| - |Z ∩ L|, and ZINTERCARD (Redis 7.0+)
+-- works that out in the server's C code instead of moving every member through Lua. On a server
+-- without it, or when Q and Z disagree in size, the member-by-member count is used.
+local function unmarked_in_queue(queue, deadlines, liveness, ahead)
+  if ahead > 0 and redis.call('ZCARD', deadlines) == ahead then
+    local marked = redis.pcall('ZINTERCARD', 2, deadlines, liveness)
+    if type(marked) == 'number' then
+      return ahead - marked
+    end
+  end
+  return unmarked_ahead(queue, liveness, ahead)
+end
+
 -- The score a fairlock waiter at 0-based `place` in Q keeps in Z: far enough ahead that the
 -- shifts of the Redisson waiters ahead of it cannot make it look expired before its next refresh
 -- (nobody joins ahead of it later except a fairlock waiter put back at the head, which shifts
@@ -114,7 +128,7 @@ local function joining_deadline(name, queue, deadlines, liveness, field, window,
     return server_now_ms() + window
   end
   local ahead = redis.call('LLEN', queue)
-  local redisson_ahead = unmarked_ahead(queue, liveness, ahead)
+  local redisson_ahead = unmarked_in_queue(queue, deadlines, liveness, ahead)
   local deadline = server_now_ms() + window + redisson_ahead * redisson_wait
   if redisson_ahead == 0 then
     return deadline
