@@ -261,16 +261,7 @@ async fn shutdown_racing_an_attempt_gives_the_grant_back() {
                 }
             })
         };
-        // The attempt is sent at once and the pause holds it: Redis counts it as blocked.
-        wait_until(
-            Duration::from_secs(5),
-            "the attempt held by the pause",
-            || {
-                info_field(&server.info("clients"), "blocked_clients")
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .is_some_and(|n| n >= 1)
-            },
-        );
+        wait_until_the_pause_holds_an_attempt(&server);
         let shutdown = {
             let c = c.clone();
             tokio::spawn(async move { c.shutdown().await })
@@ -403,7 +394,7 @@ async fn a_cancelled_reentry_gives_back_only_its_own_grant() {
         let lock = lock.clone();
         tokio::spawn(async move { lock.lock_with_lease(Duration::from_millis(200)).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_until_the_pause_holds_an_attempt(&server);
     reentry.abort();
     // The pause ends; the re-entry runs (count 2) and its grant is given back (count 1).
     wait_until(
@@ -564,7 +555,7 @@ async fn a_queued_release_never_takes_a_later_grant_of_the_same_holder() {
         let lock = lock.clone();
         tokio::spawn(async move { lock.lock_with_lease(Duration::from_secs(10)).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_until_the_pause_holds_an_attempt(&server);
     reentry.abort();
     // A new watchdog acquisition by the same holder, queued behind the settle.
     let later = {
@@ -623,4 +614,18 @@ async fn a_dropped_guard_never_releases_the_hold_of_a_guard_unlocked_after_it() 
             .expect("the second guard's hold was never lost");
         assert!(!raw.exists::<_, bool>(name).unwrap(), "{name} left locked");
     }
+}
+
+/// Waits until an attempt sent during a `CLIENT PAUSE WRITE` has reached Redis and is held by the
+/// pause (Redis counts it among its blocked clients).
+fn wait_until_the_pause_holds_an_attempt(server: &RedisServer) {
+    wait_until(
+        Duration::from_secs(5),
+        "the attempt held by the pause",
+        || {
+            info_field(&server.info("clients"), "blocked_clients")
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n >= 1)
+        },
+    );
 }
