@@ -300,10 +300,22 @@ async fn a_call_after_a_failed_give_up_joins_at_the_tail() {
     proxy.reset_all();
 
     // Our next call is a newcomer: it joins behind them.
-    let second = {
-        let lock = lock.clone();
-        tokio::spawn(async move { lock.try_lock(Duration::from_secs(10), None).await })
-    };
+    behind_theirs(&mut raw, queue, &ours, lock, holder, theirs).await;
+}
+
+type Call = tokio::task::JoinHandle<fairlock::Result<Option<fairlock::LockGuard>>>;
+
+/// Starts a call of `ours` (the owner field of `lock`) while `theirs` waits as the only other
+/// waiter, and checks that it queues behind them and is served after them once `holder` unlocks.
+async fn behind_theirs(
+    raw: &mut redis::Connection,
+    queue: &str,
+    ours: &str,
+    lock: fairlock::FairLock,
+    holder: fairlock::LockGuard,
+    theirs: Call,
+) {
+    let second = tokio::spawn(async move { lock.try_lock(Duration::from_secs(10), None).await });
     wait_until(
         Duration::from_secs(10),
         "our new call queued behind theirs",
@@ -316,7 +328,7 @@ async fn a_call_after_a_failed_give_up_joins_at_the_tail() {
     let theirs = support::joined(theirs, Duration::from_secs(10), "their call")
         .await
         .unwrap()
-        .expect("they arrived first");
+        .expect("they queued before our call began");
     assert!(!second.is_finished(), "our new call waits behind theirs");
     theirs.unlock().await.unwrap();
     let ours = support::joined(second, Duration::from_secs(10), "our new call")
@@ -361,30 +373,8 @@ async fn a_new_call_never_takes_the_place_its_field_left_in_the_queue() {
         raw.llen::<_, i64>(queue).unwrap() == 2
     });
 
-    let second = {
-        let lock = ours_client.fair_lock(name).holder(7);
-        tokio::spawn(async move { lock.try_lock(Duration::from_secs(10), None).await })
-    };
-    wait_until(
-        Duration::from_secs(10),
-        "our call queued behind theirs",
-        || {
-            let q: Vec<String> = raw.lrange(queue, 0, -1).unwrap();
-            q.len() == 2 && q[1] == ours
-        },
-    );
-    holder.unlock().await.unwrap();
-    let theirs = support::joined(theirs, Duration::from_secs(10), "their call")
-        .await
-        .unwrap()
-        .expect("they queued before our call began");
-    assert!(!second.is_finished(), "our call waits behind theirs");
-    theirs.unlock().await.unwrap();
-    let ours = support::joined(second, Duration::from_secs(10), "our call")
-        .await
-        .unwrap()
-        .expect("served next");
-    ours.unlock().await.unwrap();
+    let lock = ours_client.fair_lock(name).holder(7);
+    behind_theirs(&mut raw, queue, &ours, lock, holder, theirs).await;
     let left: i64 = raw.exists(queue).unwrap();
     assert_eq!(left, 0, "nothing queued at the end");
 }
