@@ -854,16 +854,32 @@ async fn watch_follows_acquisitions_releases_and_hand_overs() {
 
     // Plain lines when stdout is not a terminal; --max-events ends it.
     wait_numpat(&server, 0);
-    let child = command(&["--url", &url, "watch", name, "--max-events", "1"])
+    let mut child = command(&["--url", &url, "watch", name, "--max-events", "1"])
         .spawn()
         .unwrap();
+    let rx = line_reader(&mut child);
+    // The first line is the state the watch starts from, read after it subscribed: a release
+    // before that read would be part of the starting state, not an event.
+    let (first, rx) = tokio::task::spawn_blocking(move || {
+        let first = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the watch prints its starting state");
+        (first, rx)
+    })
+    .await
+    .unwrap();
     wait_numpat(&server, 1);
     gb.unlock().await.unwrap();
-    let run = tokio::task::spawn_blocking(move || finish(child, "watch --max-events 1"))
-        .await
-        .unwrap();
-    run.ok();
-    let lines: Vec<&str> = run.stdout.lines().collect();
+    let (code, rest) = tokio::task::spawn_blocking(move || {
+        let code = exited(child, Duration::from_secs(30));
+        (code, rx.iter().collect::<Vec<String>>())
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{first}\n{rest:#?}");
+    let lines: Vec<&str> = std::iter::once(first.as_str())
+        .chain(rest.iter().map(String::as_str))
+        .collect();
     assert!(
         lines[0].contains("watching") || lines[0].contains("snapshot"),
         "{lines:?}"
