@@ -328,7 +328,7 @@ impl Waiter {
             let joins = self.args.mode != Mode::Try;
             self.drop_stale = self.held.lane.with(|a| {
                 let alone = a.waiting_calls == 0;
-                a.waiting_calls += u64::from(joins);
+                a.waiting_calls += u32::from(joins);
                 alone
             });
             self.counted = joins;

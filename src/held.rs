@@ -74,12 +74,14 @@ pub(crate) fn validity_deadline(sent: Instant, lease: Duration) -> Instant {
 
 /// What one field holds, kept in its lane. Only the turn holder changes `count`, `dark` and
 /// `gen`; the guard accounting is also changed by a guard that detaches (under the lane's mutex).
+///
+/// One lives in every held field's [`Held`] (10,000 held locks keep 10,000 of them), so the
+/// counters of live guards, releases and calls are `u32` and the flag sits beside them: 88 bytes
+/// rather than 104, which keeps `Held` within a 272-byte allocation (see the `sizes` test).
 #[derive(Debug, Default)]
 pub(crate) struct Account {
     /// Holds Redis has for the field, as of the last script reply.
     pub(crate) count: u64,
-    /// The last acquire attempt's reply was lost: Redis may have `count + 1`.
-    pub(crate) dark: bool,
     /// Holds released by calls whose outcome is unknown (their replies were lost) since the
     /// last exact count: Redis may have up to this many fewer than `count`.
     pub(crate) uncertain: u64,
@@ -88,7 +90,7 @@ pub(crate) struct Account {
     /// Grants so far (a renewal reply only speaks for the grants made before it was sent).
     pub(crate) grants: u64,
     /// Live guards of the current generation taken without a lease.
-    pub(crate) watchdog_guards: u64,
+    pub(crate) watchdog_guards: u32,
     /// Validity earned by the last successful grant or renewal of a watchdog hold.
     pub(crate) watchdog_valid: Option<Instant>,
     /// Live guards of the current generation with a fixed lease.
@@ -97,14 +99,16 @@ pub(crate) struct Account {
     /// the line. Until the last of them runs, a release gives back only its own hold: a guard
     /// dropped just before another guard of the same field is unlocked must not release the
     /// other's hold too (that one's unlock would then find nothing and report the hold lost).
-    pub(crate) pending_releases: u64,
+    pub(crate) pending_releases: u32,
     /// Calls of this field that may be in the fair queue right now (counted from their first
     /// attempt that can join it until they end). When a call starts while this is zero, no call
     /// of ours owns an entry of the field, so any entry Redis still queues for it was left by a
     /// give-up that failed or never ran (an error, a restart, a cut connection), possibly in a
     /// [`Held`] that is gone since. Such a call drops that entry before it joins: a new call
     /// always joins at the tail, never in a place an ended call left behind.
-    pub(crate) waiting_calls: u64,
+    pub(crate) waiting_calls: u32,
+    /// The last acquire attempt's reply was lost: Redis may have `count + 1`.
+    pub(crate) dark: bool,
 }
 
 /// One live guard with a fixed lease.
@@ -519,5 +523,23 @@ mod tests {
         assert_eq!(a.remaining_ttl_ms(now + Duration::from_secs(9)), 1);
         a.watchdog_guards = 1;
         assert_eq!(a.remaining_ttl_ms(now), -1, "the watchdog keeps it");
+    }
+
+    /// A held lock costs its client about 1 KiB (benches/watchdog_scale.rs); `Held` is the
+    /// largest part of it. Its `Arc` allocation (two counts + `Held`) must stay within 264
+    /// bytes, which glibc serves from a 272-byte chunk (a 288-byte one above that).
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn sizes() {
+        assert!(
+            std::mem::size_of::<Account>() <= 88,
+            "Account: {} bytes",
+            std::mem::size_of::<Account>()
+        );
+        assert!(
+            std::mem::size_of::<Held>() <= 248,
+            "Held: {} bytes",
+            std::mem::size_of::<Held>()
+        );
     }
 }

@@ -200,7 +200,7 @@ mod tests {
     use super::*;
     use crate::held::{Account, FixedHold};
 
-    fn account(count: u64, watchdog: u64, fixed: usize) -> Account {
+    fn account(count: u64, watchdog: u32, fixed: usize) -> Account {
         let now = Instant::now();
         Account {
             count,
