@@ -162,17 +162,36 @@ impl SentinelGroup {
     /// same master port other than `old_port`, and that server says `role:master`; returns
     /// the new port. Panics with every sentinel's view and log tail at the deadline.
     pub fn wait_for_failover(&self, old_port: u16, deadline: Duration) -> u16 {
+        self.agreed_master(Some(old_port), deadline)
+    }
+
+    /// A connection to the master the sentinels agree on now. A loaded machine can see a
+    /// second failover soon after the first (the promoted replica missed the sentinels' pings
+    /// for `DOWN_AFTER_MS`), so a test that checks Redis some time after a failover asks here
+    /// rather than keeping the connection it had.
+    pub fn current_master(&self) -> redis::Connection {
+        let port = self.agreed_master(None, Duration::from_secs(30));
+        self.server_on(port).conn()
+    }
+
+    /// The master port a majority of the sentinels report (other than `other_than`), once that
+    /// server says `role:master`. Panics with every sentinel's view and log tail at the deadline.
+    fn agreed_master(&self, other_than: Option<u16>, deadline: Duration) -> u16 {
         let majority = self.sentinels.len() / 2 + 1;
+        let what = match other_than {
+            Some(old) => format!(
+                "a majority ({majority}) of sentinels to report a master other than port {old}"
+            ),
+            None => format!("a majority ({majority}) of sentinels to agree on a master"),
+        };
         wait_for(
             deadline,
-            &format!(
-                "a majority ({majority}) of sentinels to report a master other than port {old_port}"
-            ),
+            &what,
             || {
                 let mut votes: HashMap<u16, usize> = HashMap::new();
                 for s in &self.sentinels {
                     if let Some((_, port)) = self.master_addr_seen_by(s.port()) {
-                        if port != old_port {
+                        if Some(port) != other_than {
                             *votes.entry(port).or_default() += 1;
                         }
                     }
