@@ -50,6 +50,16 @@ local function extend()
   end
 end
 
+-- Whether `field` is queued (has a score in Z), looked up at most once per run: the checks below
+-- that need it set it when they change it.
+local queued
+local function is_queued()
+  if queued == nil then
+    queued = redis.call('ZSCORE', deadlines, field) ~= false
+  end
+  return queued
+end
+
 local function granted(count)
   if fenced then
     return {1, count, redis.call('INCR', token_key)}
@@ -60,8 +70,9 @@ end
 -- A failed give-up left this field queued: a new call does not inherit that place. When the
 -- entry was the head of a free lock, the new head is woken below like a purged one's. (An empty
 -- queue holds no entry: the uncontended path pays no extra command.)
-if drop_stale and held == 0 and head and redis.call('ZSCORE', deadlines, field) then
+if drop_stale and held == 0 and head and is_queued() then
   leave_queue(queue, deadlines, liveness, field)
+  queued = false
   local more
   more, head = purge_stale_head(queue, deadlines, liveness)
   purged = purged + more + 1
@@ -75,13 +86,13 @@ end
 -- A waiter that is still waiting but is no longer queued was removed as a dead head (its mark
 -- lapsed, e.g. while Redis was unreachable). It was the head then, so putting it back at the head
 -- restores the order everyone else already had.
-if mode == 'requeue' and head ~= field and held == 0
-    and not redis.call('ZSCORE', deadlines, field) then
+if mode == 'requeue' and head ~= field and held == 0 and not is_queued() then
   local deadline = joining_deadline(name, queue, deadlines, liveness, field, window,
     redisson_wait, true)
   redis.call('LPUSH', queue, field)
   mark_alive(liveness, field, window, deadline)
   redis.call('ZADD', deadlines, deadline, field)
+  queued = true
   head = field
 end
 
@@ -132,7 +143,7 @@ end
 
 -- 3. Already queued: the attempt doubles as a heartbeat, when one is due (a re-check made
 -- right after joining, or after a wake-up, finds the mark fresh and leaves it).
-if redis.call('ZSCORE', deadlines, field) then
+if is_queued() then
   local mark = redis.call('ZSCORE', liveness, field)
   if not mark or tonumber(mark) < server_now_ms() + window / 2 then
     local deadline = protected_deadline(queue, liveness, place_of(queue, field), window,

@@ -122,20 +122,30 @@ end
 -- cap the tail's score would grow by a wait with every join. A waiter put back at the head
 -- (`at_head`) has nobody ahead: nothing can shift it and nothing chains on it. Call it before
 -- pushing the waiter.
+--
+-- The Redisson waiters ahead of a joiner are those ahead of the tail, plus the tail when it is
+-- one. When the tail is a fairlock waiter (it has a mark in L) whose score is not above its mark,
+-- none is ahead of it: its last refresh wrote score = mark + (Redisson waiters then ahead) × a
+-- wait > 0 (ZADD GT only raises that), nobody can join ahead of it but a fairlock waiter put back
+-- at the head, and each Redisson waiter ahead that leaves shifts the score down once, by its own
+-- wait, so score - mark stays above 0 while any is left. That O(1) test answers a queue of
+-- fairlock waiters alone (where each score equals its mark); anything else is counted
+-- (`unmarked_in_queue`, O(queue), whose cost on small sets grows with the square of the queue).
 local function joining_deadline(name, queue, deadlines, liveness, field, window, redisson_wait,
     at_head)
-  if at_head then
+  local ahead = not at_head and redis.call('LLEN', queue) or 0
+  if ahead == 0 then
     return server_now_ms() + window
-  end
-  local ahead = redis.call('LLEN', queue)
-  local redisson_ahead = unmarked_in_queue(queue, deadlines, liveness, ahead)
-  local deadline = server_now_ms() + window + redisson_ahead * redisson_wait
-  if redisson_ahead == 0 then
-    return deadline
   end
   local tail = redis.call('LINDEX', queue, -1)
   local score = tail and tail ~= field and redis.call('ZSCORE', deadlines, tail)
-  if score then
+  local mark = score and redis.call('ZSCORE', liveness, tail)
+  if mark and tonumber(score) <= tonumber(mark) then
+    return server_now_ms() + window
+  end
+  local redisson_ahead = unmarked_in_queue(queue, deadlines, liveness, ahead)
+  local deadline = server_now_ms() + window + redisson_ahead * redisson_wait
+  if redisson_ahead > 0 and score then
     local cap = server_now_ms() + window + math.max(0, redis.call('PTTL', name))
       + (ahead + 1) * redisson_wait
     deadline = math.max(deadline, math.min(tonumber(score) + redisson_wait, cap))
@@ -149,13 +159,15 @@ end
 -- carries Redisson's margins) is minutes away; were L to expire first, the waiter would be judged
 -- by that score like a Redisson waiter. L's TTL is never shortened (clients may use different
 -- windows; Redisson's shifts only lower scores). Our scripts delete L when the queue empties;
--- after a Redisson client empties it, L expires by itself.
+-- after a Redisson client empties it, L expires by itself. When L's TTL falls short it is set to
+-- twice what is needed, so the waiters joining and refreshing after this one find it long enough
+-- and pay one PTTL, not a PEXPIRE each.
 local function mark_alive(liveness, field, window, score)
   local now = server_now_ms()
   redis.call('ZADD', liveness, now + window, field)
   local needed = math.max(window, math.ceil(score - now))
   if redis.call('PTTL', liveness) < needed then
-    redis.call('PEXPIRE', liveness, needed)
+    redis.call('PEXPIRE', liveness, 2 * needed)
   end
 end
 
