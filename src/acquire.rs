@@ -32,7 +32,7 @@ use crate::error::{duration_ms, Error, Result};
 use crate::guard::{release_logged, Lease, LockGuard, LostReason};
 use crate::held::{next_id, validity_deadline, FieldTurn, FixedHold, Held};
 use crate::keys::{Kind, LockSpec};
-use crate::lane::Lane;
+use crate::lane::{Entry, Lane};
 use crate::metrics;
 use crate::ops::{self, AcquireArgs, Attempt, Mode};
 use crate::release::What;
@@ -338,6 +338,9 @@ impl Waiter {
         }
         let drop_stale = self.drop_stale && self.args.mode != Mode::Requeue;
         let entry = Lane::reserve(&self.held);
+        if matches!(entry, Entry::Waiting(..)) {
+            tracing::trace!("waits for its turn behind earlier work of its field");
+        }
         let mut conn = self.inner.conn.clone();
         let held = self.held.clone();
         let args = self.args.clone();

@@ -201,18 +201,22 @@ async fn a_timeout_retry_loop_never_jumps_the_queue() {
     // While the retry loop times out and retries, the first arrival stays at the head: a retry
     // that jumps the queue shows up here as soon as it happens.
     let head: String = raw.lindex("redisson_lock_queue:{retry-loop}", 0).unwrap();
-    let mut samples = 0;
-    while gave_up.get() < 4 {
-        let now_head: Option<String> = raw.lindex("redisson_lock_queue:{retry-loop}", 0).unwrap();
-        assert_eq!(
-            now_head.as_deref(),
-            Some(head.as_str()),
-            "the retry loop overtook the first arrival"
-        );
-        samples += 1;
-        assert!(samples < 2_000, "the retry loop never timed out four times");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until_async(
+        Duration::from_secs(10),
+        "the retry loop timing out four times",
+        || {
+            let now_head: Option<String> =
+                raw.lindex("redisson_lock_queue:{retry-loop}", 0).unwrap();
+            assert_eq!(
+                now_head.as_deref(),
+                Some(head.as_str()),
+                "the retry loop overtook the first arrival"
+            );
+            let done = gave_up.get() >= 4;
+            async move { done }
+        },
+    )
+    .await;
     held.unlock().await.unwrap();
     support::joined(first, Duration::from_secs(10), "the first arrival").await;
     support::joined(retrier, Duration::from_secs(10), "the retry loop").await;
@@ -303,7 +307,8 @@ async fn a_short_lease_reentry_never_shortens_a_watchdog_hold() {
         .await
         .unwrap();
     assert!(raw.pttl::<_, i64>("mixed-1").unwrap() > 20_000);
-    // The fixed lease runs out; the watchdog hold keeps the lock, and both guards with it.
+    // The fixed lease runs out; the watchdog hold keeps the lock, and both guards with it. (The
+    // passing of time past the 300 ms lease is the scenario: nothing is awaited.)
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(try_now(&b, true, "mixed-1").await.is_none());
     assert!(!w.is_lost() && !f.is_lost());
@@ -322,6 +327,7 @@ async fn a_short_lease_reentry_never_shortens_a_watchdog_hold() {
 /// released the key keeps what the fixed hold needs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watchdog_reentry_never_shortens_a_long_fixed_lease() {
+    let renewed = EventCount::watch("renewed", "mixed-2");
     let server = RedisServer::start();
     let mut raw = server.conn();
     let a = Client::builder()
@@ -336,13 +342,19 @@ async fn a_watchdog_reentry_never_shortens_a_long_fixed_lease() {
     let f = lock.lock_with_lease(Duration::from_secs(4)).await.unwrap();
     let w = lock.lock().await.unwrap();
     assert!(raw.pttl::<_, i64>("mixed-2").unwrap() > 3_000);
-    // Several renewal periods pass (each renews to 600 ms only if that is longer).
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    // Three renewals of the watchdog hold reach Redis (each renews to 600 ms only if that is
+    // longer) and none of them shortens the key below the fixed lease.
+    wait_until_async(Duration::from_secs(5), "three renewals", || {
+        let done = renewed.get() >= 3;
+        async move { done }
+    })
+    .await;
     assert!(raw.pttl::<_, i64>("mixed-2").unwrap() > 2_000);
     w.unlock().await.unwrap();
     // The fixed hold still has about 2.8 s: the key keeps it, another client cannot take it.
     let pttl: i64 = raw.pttl("mixed-2").unwrap();
     assert!(pttl > 2_000 && pttl <= 4_000, "{pttl}");
+    // Past the 600 ms a watchdog renewal gives (the scenario is time passing, not an event).
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert!(try_now(&b, false, "mixed-2").await.is_none());
     assert!(!f.is_lost());
@@ -411,7 +423,8 @@ async fn a_cancelled_reentry_gives_back_only_its_own_grant() {
                     == 1
         },
     );
-    // Well past the cancelled re-entry's 200 ms lease: the watchdog hold still has the lock.
+    // Well past the cancelled re-entry's 200 ms lease (the scenario is time passing, not an
+    // event): the watchdog hold still has the lock.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(raw.pttl::<_, i64>("mixed-4").unwrap() > 20_000);
     assert!(try_now(&b, true, "mixed-4").await.is_none());
@@ -424,6 +437,8 @@ async fn a_cancelled_reentry_gives_back_only_its_own_grant() {
 /// the client is still renewed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_of_the_wrong_type_costs_only_its_own_lock() {
+    let renewed_a = EventCount::watch("renewed", "bad-a");
+    let renewed_c = EventCount::watch("renewed", "bad-c");
     let server = RedisServer::start();
     let mut raw = server.conn();
     let c = Client::builder()
@@ -442,8 +457,13 @@ async fn a_key_of_the_wrong_type_costs_only_its_own_lock() {
         .await
         .expect("the broken lock is reported");
     assert_eq!(reason, LostReason::Gone);
-    // Three renewal periods later the others are still held and renewed.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Three more renewals of each of the others reach Redis; they are still held.
+    let (a_before, d_before) = (renewed_a.get(), renewed_c.get());
+    wait_until_async(Duration::from_secs(5), "three more renewals", || {
+        let done = renewed_a.get() >= a_before + 3 && renewed_c.get() >= d_before + 3;
+        async move { done }
+    })
+    .await;
     for g in [&a, &d] {
         assert!(!g.is_lost(), "{} lost with the broken one", g.name());
         support::wait_for_renewal(&mut raw, g.name(), Duration::from_secs(5));
@@ -538,6 +558,8 @@ async fn a_lease_shorter_than_a_tick_is_lost_at_its_deadline_not_a_tick_later() 
 /// hold away (found by the torture test, seed 1592590337).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_release_never_takes_a_later_grant_of_the_same_holder() {
+    let in_line = EventCount::watch("waits for its turn", "stale-release");
+    let unlocked = EventCount::watch("unlocked", "stale-release");
     let server = RedisServer::start();
     let mut raw = server.conn();
     let a = client(&server).await;
@@ -558,17 +580,32 @@ async fn a_queued_release_never_takes_a_later_grant_of_the_same_holder() {
     wait_until_the_pause_holds_an_attempt(&server);
     reentry.abort();
     // A new watchdog acquisition by the same holder, queued behind the settle.
+    let waiting_before = in_line.get();
     let later = {
         let lock = lock.clone();
         tokio::spawn(async move { lock.lock().await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_until_async(
+        Duration::from_secs(5),
+        "the later acquisition in line",
+        || {
+            let queued = in_line.get() > waiting_before;
+            async move { queued }
+        },
+    )
+    .await;
     // The first guard goes; its release queues behind the new acquisition.
     drop(first);
     let later = support::joined(later, Duration::from_secs(10), "the later acquisition")
         .await
         .unwrap();
-    // Whatever ran in between has run: a read on the client's connection comes after it.
+    // The first guard's release comes after the later grant in the line, and the driver sends it
+    // in the background: wait until it has run (the settle's release was the first "unlocked").
+    wait_until_async(Duration::from_secs(5), "the first guard's release", || {
+        let done = unlocked.get() >= 2;
+        async move { done }
+    })
+    .await;
     assert!(lock.is_locked().await.unwrap());
     let hash: Vec<(String, i64)> = raw.hgetall("stale-release").unwrap();
     assert_eq!(hash, vec![(later.owner_field().to_owned(), 1)]);
