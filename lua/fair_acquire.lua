@@ -146,7 +146,7 @@ end
 if is_queued() then
   local mark = redis.call('ZSCORE', liveness, field)
   if not mark or tonumber(mark) < server_now_ms() + window / 2 then
-    local deadline = protected_deadline(queue, liveness, place_of(queue, field), window,
+    local deadline = refreshed_deadline(queue, deadlines, liveness, field, window,
       redisson_wait)
     redis.call('ZADD', deadlines, 'XX', 'GT', deadline, field)
     mark_alive(liveness, field, window, deadline)

@@ -28,7 +28,7 @@ local function beat(name, queue, deadlines, liveness, field, channel_prefix)
     redis.call('ZREM', liveness, field)
     return 2
   end
-  local deadline = protected_deadline(queue, liveness, place_of(queue, field), window,
+  local deadline = refreshed_deadline(queue, deadlines, liveness, field, window,
     redisson_wait)
   redis.call('ZADD', deadlines, 'XX', 'GT', deadline, field)
   mark_alive(liveness, field, window, deadline)

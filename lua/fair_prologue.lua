@@ -113,6 +113,27 @@ local function place_of(queue, field)
   return redis.call('LPOS', queue, field) or redis.call('LLEN', queue)
 end
 
+-- The score a queued fairlock waiter `field` refreshes to (a heartbeat, or an attempt that
+-- doubles as one): `protected_deadline` for its place, found in O(1) whenever no Redisson waiter
+-- can be ahead of it, so a period of heartbeats costs O(waiters), not O(waiters^2).
+--
+-- Why the O(1) test is sound: the waiter's last refresh (or join) wrote mark m = t + window and a
+-- score s >= m + U * redisson_wait, U being the Redisson waiters then ahead of it. Since then only
+-- those U can have shifted s, each once (when it acquires or gives up) and by at most its own wait
+-- (at most `redisson_wait`); nobody joins ahead of a queued waiter except a fairlock waiter put
+-- back at the head, which shifts nothing. So s <= m means every one of the U has left and none is
+-- ahead now: the count is 0 without walking the queue. (With redisson_wait = 0 the count does not
+-- matter.) Otherwise it is counted member by member, O(place), as before; a refresh with no
+-- Redisson waiter ahead writes s = m again, so a queue of fairlock waiters stays on this path.
+local function refreshed_deadline(queue, deadlines, liveness, field, window, redisson_wait)
+  local score = redis.call('ZSCORE', deadlines, field)
+  local mark = score and redis.call('ZSCORE', liveness, field)
+  if mark and tonumber(score) <= tonumber(mark) then
+    return server_now_ms() + window
+  end
+  return protected_deadline(queue, liveness, place_of(queue, field), window, redisson_wait)
+end
+
 -- The score a waiter joining the queue gets: the protected deadline for its place, and, when
 -- Redisson waiters are queued ahead, at least what Redisson's chain would give a waiter with
 -- `redisson_wait` (the score of the tail it joins behind plus one wait), because a Redisson waiter
