@@ -2,7 +2,7 @@
 //! classic pub/sub, a slot migrated under waiting waiters, and a master killed while a lock is
 //! held with waiters queued.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! FIFO order across clients, and cancellation (dropped futures) never blocking the queue.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! hash under its own field, queues with its own deadline, listens on its per-waiter channel and
 //! publishes `0` on ours, exactly as PROTOCOL 1-4 describe.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::time::Duration;
 

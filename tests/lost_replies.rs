@@ -3,7 +3,7 @@
 //! never counted twice, calls sharing a holder id never take each other's grants, and a
 //! `try_lock` never overruns its wait because its subscription is slow.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! a current-thread runtime, where a background release used to lose the race against the same
 //! task's next call.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! ways (timed), mixed fair queues, reentry, force unlock, killed processes, inspection, fencing,
 //! Redis Cluster and Sentinel. Java or Redisson missing fails the run; nothing is skipped.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

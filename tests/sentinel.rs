@@ -1,7 +1,7 @@
 //! Sentinel: the client finds the master through the sentinels and follows it through a failover.
 //! One master, two replicas, three sentinels (quorum 2), all real local processes.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

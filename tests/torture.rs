@@ -25,7 +25,7 @@
 //! torture_fresh_seed` (the schedule of operations and faults is the seed's; the interleaving of
 //! processes is the machine's, so a replay makes the same kind of trouble, not the same trace).
 
-mod support;
+use fairlock_testkit as support;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;

@@ -1,7 +1,7 @@
 //! Watchdog renewals, lost-lock notification, waiter heartbeats and dead-process recovery, against
 //! real Redis servers and real child processes.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

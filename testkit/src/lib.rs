@@ -1,6 +1,7 @@
-//! Test support: real `redis-server` / `redis-sentinel` processes on free loopback ports, each
-//! with its own work dir and log, stopped by PID; and waits on events with deadlines. Every
-//! integration test file includes it with `mod support;` and uses only part of it.
+//! fairlock's test kit (never published): real `redis-server` / `redis-sentinel` processes on
+//! free loopback ports, each with its own work dir and log, stopped by PID; and waits on events
+//! with deadlines. The library's integration tests, the CLI's tests and the benches use it as a
+//! dev-dependency (`use fairlock_testkit as support;`).
 //!
 //! - [`RedisServer`]: one standalone server (also replicas, cluster nodes and sentinels).
 //! - [`RedisCluster`]: 3 masters + 3 replicas joined with `redis-cli --cluster create`.
@@ -14,7 +15,6 @@
 //! - [`Proxy`]: a TCP proxy in front of a server that delays, drops and resets connections.
 //! - [`history`]: the torture test's event history and its checker; [`redisson_peer`]: a client
 //!   speaking Redisson's lock protocol (PROTOCOL 3-4) with raw commands and its own scripts.
-#![allow(dead_code, unused_imports)]
 
 mod cluster;
 mod events;
