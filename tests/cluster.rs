@@ -57,10 +57,9 @@ fn names_on_different_masters(cluster: &RedisCluster, n: usize) -> Vec<String> {
     names
 }
 
+/// The queue length of `name` on the master of its slot.
 fn queue_len(cluster: &RedisCluster, name: &str) -> i64 {
-    master_conn(cluster, name)
-        .llen(format!("redisson_lock_queue:{{{name}}}"))
-        .unwrap()
+    support::queue_len(&mut master_conn(cluster, name), name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,6 +13,8 @@
 //! - [`JavaPeer`]: a real Redisson client in a child JVM (`interop/redisson/RedissonPeer.java`).
 //! - [`Monitor`]: `MONITOR` on one server, for counting the commands a client sends.
 //! - [`Proxy`]: a TCP proxy in front of a server that delays, drops and resets connections.
+//! - [`raw`]: Redisson's key and channel names of a lock, queue reads with plain commands
+//!   ([`queue_len`], [`server_now_ms`]), and [`sigkill`] for child processes.
 //! - [`history`]: the torture test's event history and its checker; [`redisson_peer`]: a client
 //!   speaking Redisson's lock protocol (PROTOCOL 3-4) with raw commands and its own scripts.
 
@@ -22,6 +24,7 @@ pub mod history;
 mod java;
 mod monitor;
 mod proxy;
+pub mod raw;
 pub mod redisson_peer;
 mod sentinel;
 mod server;
@@ -33,6 +36,10 @@ pub use events::EventCount;
 pub use java::{peer_classpath, JavaOptions, JavaPeer, JavaTopology, Pending, Reply};
 pub use monitor::Monitor;
 pub use proxy::{Direction, Proxy};
+pub use raw::{
+    derived_key, queue_key, queue_len, release_channel, server_now_ms, server_now_ms_async,
+    sigkill, timeout_key, waiter_channel,
+};
 pub use sentinel::SentinelGroup;
 pub use server::{info_field, RedisServer};
 pub use topology::{
