@@ -15,8 +15,9 @@
 //! - [`Proxy`]: a TCP proxy in front of a server that delays, drops and resets connections.
 //! - [`raw`]: Redisson's key and channel names of a lock, queue reads with plain commands
 //!   ([`queue_len`], [`server_now_ms`]), and [`sigkill`] for child processes.
-//! - [`history`]: the torture test's event history and its checker; [`redisson_peer`]: a client
-//!   speaking Redisson's lock protocol (PROTOCOL 3-4) with raw commands and its own scripts.
+//! - [`history`]: the events a torture run records (its checker is in `tests/torture/check/`);
+//!   [`redisson_peer`]: a client speaking Redisson's lock protocol (PROTOCOL 3-4) with raw
+//!   commands and its own scripts.
 
 mod cluster;
 mod events;

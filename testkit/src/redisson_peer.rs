@@ -18,7 +18,7 @@
 //! polls again at once on a TTL of 0); a waiter told to stop at teardown gives up even from
 //! `lock()`; an abandoned waiter whose deadline is far away gives up instead (Redisson would leave
 //! the lock blocked for minutes). Every call, grant, release, loss and deadline shift is recorded
-//! as a [`history::Event`] under the process name given at start.
+//! as a [`crate::history::Event`] under the process name given at start.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
