@@ -26,10 +26,9 @@
 //! `cargo bench --bench contended` (10 s per run, about 70 s); `FAIRLOCK_BENCH_QUICK=1` or
 //! `-- --quick` for 1 s per run. `FAIRLOCK_BENCH_SECS=N` sets the run length.
 
-// The test harness: `RedisServer` (a throw-away redis-server on a free loopback port, killed by
-// PID on drop). Each program uses only part of it.
-#[path = "../tests/support/mod.rs"]
-mod support;
+// The test kit (testkit/): `RedisServer` (a throw-away redis-server on a free loopback port,
+// killed by PID on drop).
+use fairlock_testkit as support;
 
 mod common;
 

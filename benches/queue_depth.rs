@@ -20,10 +20,9 @@
 //! `cargo bench --bench queue_depth` (about 40 s); `FAIRLOCK_BENCH_QUICK=1` or `-- --quick` for a
 //! few seconds.
 
-// The test harness: `RedisServer` (a throw-away redis-server on a free loopback port, killed by
-// PID on drop). Each program uses only part of it.
-#[path = "../tests/support/mod.rs"]
-mod support;
+// The test kit (testkit/): `RedisServer` (a throw-away redis-server on a free loopback port,
+// killed by PID on drop).
+use fairlock_testkit as support;
 
 mod common;
 
@@ -90,15 +89,15 @@ impl Target {
     }
 
     fn queue(self) -> String {
-        format!("redisson_lock_queue:{{{}}}", self.name())
+        support::queue_key(&self.name())
     }
 
     fn deadlines(self) -> String {
-        format!("redisson_lock_timeout:{{{}}}", self.name())
+        support::timeout_key(&self.name())
     }
 
     fn channel(self) -> String {
-        format!("redisson_lock__channel:{{{}}}", self.name())
+        support::release_channel(&self.name())
     }
 }
 
@@ -129,15 +128,10 @@ struct Bench {
     fair_unlock: redis::Script,
 }
 
-async fn server_now_ms(conn: &mut ConnectionManager) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
-    secs * 1000 + micros / 1000
-}
-
 impl Bench {
     /// Queues `target.depth` fake waiters on the target's lock, deadlines far ahead.
     async fn fill(&mut self, target: Target) {
-        let far = server_now_ms(&mut self.conn).await + FAR_MS;
+        let far = support::server_now_ms_async(&mut self.conn).await + FAR_MS;
         let fields: Vec<String> = (0..target.depth)
             .map(|i| format!("00000000-0000-4000-8000-{i:012}:{i}"))
             .collect();
@@ -223,7 +217,7 @@ impl Bench {
             }
             Variant::Redisson => {
                 self.push_head(target, REDISSON_FIELD, far).await;
-                let now = server_now_ms(&mut self.conn).await;
+                let now = support::server_now_ms_async(&mut self.conn).await;
                 let acquired: Option<i64> = self
                     .acquire
                     .key(target.name())
@@ -257,7 +251,7 @@ impl Bench {
 
     async fn phase(&mut self, target: Target, cycles: usize) -> Phase {
         let Target { variant, depth } = target;
-        let far = server_now_ms(&mut self.conn).await + FAR_MS;
+        let far = support::server_now_ms_async(&mut self.conn).await + FAR_MS;
         common::reset_stats(&mut self.admin).await;
         let started = Instant::now();
         for _ in 0..cycles {

@@ -16,10 +16,9 @@
 //! `cargo bench --bench uncontended` (about 90 s); `FAIRLOCK_BENCH_QUICK=1` or `-- --quick` for a
 //! few seconds.
 
-// The test harness: `RedisServer` (a throw-away redis-server on a free loopback port, killed by
-// PID on drop). Each program uses only part of it.
-#[path = "../tests/support/mod.rs"]
-mod support;
+// The test kit (testkit/): `RedisServer` (a throw-away redis-server on a free loopback port,
+// killed by PID on drop).
+use fairlock_testkit as support;
 
 mod common;
 

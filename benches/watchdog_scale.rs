@@ -20,10 +20,9 @@
 //! `cargo bench --bench watchdog_scale` (about 70 s); `FAIRLOCK_BENCH_QUICK=1` or `-- --quick` for
 //! a one-period window (about 20 s: it still takes and holds 10,000 locks, twice).
 
-// The test harness: `RedisServer` (a throw-away redis-server on a free loopback port, killed by
-// PID on drop). Each program uses only part of it.
-#[path = "../tests/support/mod.rs"]
-mod support;
+// The test kit (testkit/): `RedisServer` (a throw-away redis-server on a free loopback port,
+// killed by PID on drop).
+use fairlock_testkit as support;
 
 mod common;
 

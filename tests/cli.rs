@@ -5,7 +5,7 @@
 //! deadline, SUBSCRIBE its own channel). Every command, its table and its JSON output (parsed),
 //! every exit code and each bad input.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};

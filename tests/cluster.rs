@@ -2,7 +2,7 @@
 //! classic pub/sub, a slot migrated under waiting waiters, and a master killed while a lock is
 //! held with waiters queued.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::time::{Duration, Instant};
 
@@ -57,10 +57,9 @@ fn names_on_different_masters(cluster: &RedisCluster, n: usize) -> Vec<String> {
     names
 }
 
+/// The queue length of `name` on the master of its slot.
 fn queue_len(cluster: &RedisCluster, name: &str) -> i64 {
-    master_conn(cluster, name)
-        .llen(format!("redisson_lock_queue:{{{name}}}"))
-        .unwrap()
+    support::queue_len(&mut master_conn(cluster, name), name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! Faults: a lost pub/sub connection, flushed scripts, and Redis down or frozen.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -1,17 +1,13 @@
 //! FIFO order across clients, and cancellation (dropped futures) never blocking the queue.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fairlock::Client;
 use redis::Commands;
-use support::{wait_until, RedisServer};
-
-fn queue_len(raw: &mut redis::Connection, name: &str) -> i64 {
-    raw.llen(format!("redisson_lock_queue:{{{name}}}")).unwrap()
-}
+use support::{queue_len, wait_until, RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twelve_waiters_over_three_clients_are_served_in_arrival_order() {

@@ -2,13 +2,13 @@
 //! hash under its own field, queues with its own deadline, listens on its per-waiter channel and
 //! publishes `0` on ours, exactly as PROTOCOL 1-4 describe.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::time::Duration;
 
 use fairlock::Client;
 use redis::Commands;
-use support::{wait_until, RedisServer};
+use support::{server_now_ms, wait_until, RedisServer};
 
 const JAVA: &str = "6c1b4f5e-0d0a-4c1e-9a51-5b8f8e0f2a11:57";
 
@@ -21,11 +21,6 @@ async fn patient_client(server: &RedisServer) -> Client {
         .build()
         .await
         .unwrap()
-}
-
-fn server_now_ms(raw: &mut redis::Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(raw).unwrap();
-    secs * 1000 + micros / 1000
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! Fair lock basics against a real Redis: acquire/release, reentrancy, leases, ownership errors,
 //! and the exact Redis data (PROTOCOL 1-4) checked with raw commands.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Smoke tests of the test harness itself (`tests/support`): real processes, real ports.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};

@@ -3,13 +3,13 @@
 //! never counted twice, calls sharing a holder id never take each other's grants, and a
 //! `try_lock` never overruns its wait because its subscription is slow.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::time::{Duration, Instant};
 
 use fairlock::Client;
 use redis::Commands;
-use support::{wait_until, wait_until_async, Proxy, RedisCluster, RedisServer};
+use support::{derived_key, wait_until, wait_until_async, Proxy, RedisCluster, RedisServer};
 
 /// A client whose connections go through `proxy`, with a short command timeout.
 async fn proxied(proxy: &Proxy) -> Client {
@@ -161,15 +161,6 @@ async fn calls_sharing_a_holder_id_never_take_each_others_grants() {
     assert!(keys.is_empty(), "{keys:?}");
 }
 
-/// A derived key by Redisson's prefix rule (PROTOCOL 1).
-fn derived(prefix: &str, name: &str) -> String {
-    if name.contains('{') {
-        format!("{prefix}:{name}")
-    } else {
-        format!("{prefix}:{{{name}}}")
-    }
-}
-
 /// Sends the acquire script of `kind` twice with the same arguments, as a connection that
 /// resends a command after a timeout does (redis-rs's cluster client may). Returns both replies
 /// and the hold count after them.
@@ -188,17 +179,17 @@ fn send_twice(
         let run = |conn: &mut dyn redis::ConnectionLike| -> Vec<i64> {
             script
                 .key(name)
-                .key(derived("redisson_lock_queue", name))
-                .key(derived("redisson_lock_timeout", name))
-                .key(derived("fairlock_liveness", name))
-                .key(derived("redisson_lock_token", name))
+                .key(derived_key("redisson_lock_queue", name))
+                .key(derived_key("redisson_lock_timeout", name))
+                .key(derived_key("fairlock_liveness", name))
+                .key(derived_key("redisson_lock_token", name))
                 .arg(30_000)
                 .arg(field)
                 .arg(0)
                 .arg("queue")
                 .arg("1")
                 .arg("PUBLISH")
-                .arg(derived("redisson_lock__channel", name))
+                .arg(derived_key("redisson_lock__channel", name))
                 .arg(5_000)
                 .arg(300_000)
                 .invoke(conn)
@@ -210,7 +201,7 @@ fn send_twice(
         let run = |conn: &mut dyn redis::ConnectionLike| -> Vec<i64> {
             script
                 .key(name)
-                .key(derived("redisson_lock_token", name))
+                .key(derived_key("redisson_lock_token", name))
                 .arg(30_000)
                 .arg(field)
                 .arg(0)

@@ -2,7 +2,7 @@
 //! every metric the README lists, with its labels, after driving real locks against a real Redis.
 #![cfg(feature = "metrics")]
 
-mod support;
+use fairlock_testkit as support;
 
 use std::collections::HashMap;
 use std::sync::Mutex;

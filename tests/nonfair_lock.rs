@@ -1,6 +1,6 @@
 //! The non-fair lock (RLock layout), fencing tokens on both lock kinds, and the unlock latch.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! a current-thread runtime, where a background release used to lose the race against the same
 //! task's next call.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -12,14 +12,10 @@ use std::time::Duration;
 
 use fairlock::{Client, LockGuard, LostReason};
 use redis::Commands;
-use support::{info_field, wait_until, wait_until_async, EventCount, RedisServer};
+use support::{info_field, queue_len, wait_until, wait_until_async, EventCount, RedisServer};
 
 async fn client(server: &RedisServer) -> Client {
     Client::connect(&server.url()).await.unwrap()
-}
-
-fn queue_len(raw: &mut redis::Connection, name: &str) -> i64 {
-    raw.llen(format!("redisson_lock_queue:{{{name}}}")).unwrap()
 }
 
 /// Takes `name` with a zero wait through a fair or plain handle.

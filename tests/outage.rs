@@ -2,7 +2,7 @@
 //! for `lock()`, the watchdog timeout), and an attempt whose reply was lost is checked before the
 //! next one, so a grant made in the dark is taken up once, never counted twice.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

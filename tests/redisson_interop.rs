@@ -4,7 +4,7 @@
 //! ways (timed), mixed fair queues, reentry, force unlock, killed processes, inspection, fencing,
 //! Redis Cluster and Sentinel. Java or Redisson missing fails the run; nothing is skipped.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -12,29 +12,13 @@ use std::time::{Duration, Instant};
 use fairlock::{Client, LostReason, PubSubMode};
 use redis::Commands;
 use support::{
-    joined, wait_for, wait_until, JavaOptions, JavaPeer, JavaTopology, Monitor, RedisCluster,
-    RedisServer, SentinelGroup,
+    joined, queue_key, release_channel, sigkill, timeout_key, wait_for, wait_until, waiter_channel,
+    JavaOptions, JavaPeer, JavaTopology, Monitor, RedisCluster, RedisServer, SentinelGroup,
 };
 
 // ---------------------------------------------------------------------------------------------
 // Names, probes and figures
 // ---------------------------------------------------------------------------------------------
-
-fn queue_key(name: &str) -> String {
-    format!("redisson_lock_queue:{{{name}}}")
-}
-
-fn timeout_key(name: &str) -> String {
-    format!("redisson_lock_timeout:{{{name}}}")
-}
-
-fn release_channel(name: &str) -> String {
-    format!("redisson_lock__channel:{{{name}}}")
-}
-
-fn waiter_channel(name: &str, field: &str) -> String {
-    format!("{}:{field}", release_channel(name))
-}
 
 /// Raw reads on the server that owns a lock (the standalone server, the master of its slot).
 struct Probe {
@@ -1153,11 +1137,6 @@ fn spawn_role(test: &str, role: &str, url: &str) -> std::process::Child {
 fn child_role() -> Option<(String, String)> {
     let role = std::env::var(ROLE_ENV).ok()?;
     Some((role, std::env::var("FAIRLOCK_INTEROP_URL").unwrap()))
-}
-
-fn sigkill(child: &mut std::process::Child) {
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 /// The child roles: a fairlock holder of `killed-rust-fair` and `killed-rust-plain` (watchdog

@@ -1,7 +1,7 @@
 //! `RedLock` over several independent masters: the majority rule, minority failures, the
 //! watchdog over a majority, validity and cancel safety, against real local servers.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::time::{Duration, Instant};
 

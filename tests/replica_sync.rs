@@ -1,6 +1,6 @@
 //! Replica sync with `WAIT` against a real replica (`redis-server --replicaof`).
 
-mod support;
+use fairlock_testkit as support;
 
 use std::time::Duration;
 

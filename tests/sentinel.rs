@@ -1,7 +1,7 @@
 //! Sentinel: the client finds the master through the sentinels and follows it through a failover.
 //! One master, two replicas, three sentinels (quorum 2), all real local processes.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::time::{Duration, Instant};
 
@@ -28,11 +28,9 @@ async fn sentinel_client(
     .unwrap()
 }
 
+/// The queue length of `name` on `server`, over a fresh connection.
 fn queue_len(server: &RedisServer, name: &str) -> i64 {
-    server
-        .conn()
-        .llen(format!("redisson_lock_queue:{{{name}}}"))
-        .unwrap()
+    support::queue_len(&mut server.conn(), name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

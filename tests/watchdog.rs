@@ -1,7 +1,7 @@
 //! Watchdog renewals, lost-lock notification, waiter heartbeats and dead-process recovery, against
 //! real Redis servers and real child processes.
 
-mod support;
+use fairlock_testkit as support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use fairlock::{Client, LostReason};
 use redis::Commands;
-use support::{wait_until, RedisServer};
+use support::{sigkill, wait_until, RedisServer};
 
 const ROLE_ENV: &str = "FAIRLOCK_TEST_ROLE";
 
@@ -60,11 +60,6 @@ fn child_role() -> Option<(String, String, String)> {
         std::env::var("FAIRLOCK_TEST_URL").unwrap(),
         std::env::var("FAIRLOCK_TEST_NAME").unwrap(),
     ))
-}
-
-fn sigkill(child: &mut Child) {
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,8 +2,8 @@
 //! runtime, clocks, percentiles, Redis `INFO` snapshots and their deltas, `/proc` readers, and
 //! child processes that die with the bench.
 //!
-//! The Redis server itself comes from the test harness (`tests/support/`), included by every
-//! bench with `#[path = "../tests/support/mod.rs"] mod support;`.
+//! The Redis server itself comes from the test kit (`testkit/`, the `fairlock-testkit`
+//! dev-dependency).
 #![allow(dead_code)]
 
 use std::collections::HashMap;

@@ -1,6 +1,7 @@
-//! Test support: real `redis-server` / `redis-sentinel` processes on free loopback ports, each
-//! with its own work dir and log, stopped by PID; and waits on events with deadlines. Every
-//! integration test file includes it with `mod support;` and uses only part of it.
+//! fairlock's test kit (never published): real `redis-server` / `redis-sentinel` processes on
+//! free loopback ports, each with its own work dir and log, stopped by PID; and waits on events
+//! with deadlines. The library's integration tests, the CLI's tests and the benches use it as a
+//! dev-dependency (`use fairlock_testkit as support;`).
 //!
 //! - [`RedisServer`]: one standalone server (also replicas, cluster nodes and sentinels).
 //! - [`RedisCluster`]: 3 masters + 3 replicas joined with `redis-cli --cluster create`.
@@ -12,9 +13,11 @@
 //! - [`JavaPeer`]: a real Redisson client in a child JVM (`interop/redisson/RedissonPeer.java`).
 //! - [`Monitor`]: `MONITOR` on one server, for counting the commands a client sends.
 //! - [`Proxy`]: a TCP proxy in front of a server that delays, drops and resets connections.
-//! - [`history`]: the torture test's event history and its checker; [`redisson_peer`]: a client
-//!   speaking Redisson's lock protocol (PROTOCOL 3-4) with raw commands and its own scripts.
-#![allow(dead_code, unused_imports)]
+//! - [`raw`]: Redisson's key and channel names of a lock, queue reads with plain commands
+//!   ([`queue_len`], [`server_now_ms`]), and [`sigkill`] for child processes.
+//! - [`history`]: the events a torture run records (its checker is in `tests/torture/check/`);
+//!   [`redisson_peer`]: a client speaking Redisson's lock protocol (PROTOCOL 3-4) with raw
+//!   commands and its own scripts.
 
 mod cluster;
 mod events;
@@ -22,6 +25,7 @@ pub mod history;
 mod java;
 mod monitor;
 mod proxy;
+pub mod raw;
 pub mod redisson_peer;
 mod sentinel;
 mod server;
@@ -33,6 +37,10 @@ pub use events::EventCount;
 pub use java::{peer_classpath, JavaOptions, JavaPeer, JavaTopology, Pending, Reply};
 pub use monitor::Monitor;
 pub use proxy::{Direction, Proxy};
+pub use raw::{
+    derived_key, queue_key, queue_len, release_channel, server_now_ms, server_now_ms_async,
+    sigkill, timeout_key, waiter_channel,
+};
 pub use sentinel::SentinelGroup;
 pub use server::{info_field, RedisServer};
 pub use topology::{

@@ -32,8 +32,9 @@ pub fn peer_classpath() -> &'static str {
                 return cp.trim().to_owned();
             }
         }
+        // The test kit lives one folder below the repository root.
         let script =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/redisson-classpath.sh");
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/redisson-classpath.sh");
         let output = Command::new("bash")
             .arg(&script)
             .stdin(Stdio::null())

@@ -18,7 +18,7 @@
 //! polls again at once on a TTL of 0); a waiter told to stop at teardown gives up even from
 //! `lock()`; an abandoned waiter whose deadline is far away gives up instead (Redisson would leave
 //! the lock blocked for minutes). Every call, grant, release, loss and deadline shift is recorded
-//! as a [`history::Event`] under the process name given at start.
+//! as a [`crate::history::Event`] under the process name given at start.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -30,6 +30,7 @@ use tokio::sync::Notify;
 use tokio_stream::StreamExt;
 
 use super::history::{epoch_ms, mono_ns, Event, Outcome};
+use super::raw::{derived_key, release_channel, waiter_channel};
 
 const PROLOGUE: &str = include_str!("lua/redisson_prologue.lua");
 
@@ -168,22 +169,6 @@ fn margin_ns(lease_ms: i64) -> u64 {
     (lease_ms.max(0) as u64 * 10_000) + 2_000_000
 }
 
-fn channel(name: &str) -> String {
-    format!("redisson_lock__channel:{}", braced(name))
-}
-
-fn braced(name: &str) -> String {
-    if name.contains('{') {
-        name.to_owned()
-    } else {
-        format!("{{{name}}}")
-    }
-}
-
-fn key(prefix: &str, name: &str) -> String {
-    format!("{prefix}:{}", braced(name))
-}
-
 impl RedissonPeer {
     /// Connects (commands and one pub/sub connection) to `url`; events go to `sink` under `proc`.
     pub async fn start(url: &str, proc: &str, cfg: PeerConfig, seed: u64, sink: Sink) -> Self {
@@ -258,7 +243,7 @@ impl RedissonPeer {
         let mut n = 0;
         for name in names {
             let queued: Vec<String> = redis::cmd("LRANGE")
-                .arg(key("redisson_lock_queue", name))
+                .arg(derived_key("redisson_lock_queue", name))
                 .arg(0)
                 .arg(-1)
                 .query_async(&mut conn)
@@ -356,9 +341,9 @@ impl RedissonPeer {
         let deadline = how.wait.map(|w| started + w);
         let abandon_at = how.abandon_after.map(|a| started + a);
         let chan = if fair {
-            format!("{}:{field}", channel(name))
+            waiter_channel(name, &field)
         } else {
-            channel(name)
+            release_channel(name)
         };
         let mut subscribed: Option<Arc<Notify>> = None;
         let mut queued_deadline: Option<i64> = None;
@@ -511,9 +496,9 @@ impl RedissonPeer {
         let reply: Vec<i64> = if fair {
             s.fair_acquire
                 .key(name)
-                .key(key("redisson_lock_queue", name))
-                .key(key("redisson_lock_timeout", name))
-                .key(key("redisson_lock_token", name))
+                .key(derived_key("redisson_lock_queue", name))
+                .key(derived_key("redisson_lock_timeout", name))
+                .key(derived_key("redisson_lock_token", name))
                 .arg(lease_ms)
                 .arg(field)
                 .arg(wait_ms)
@@ -523,7 +508,7 @@ impl RedissonPeer {
         } else {
             s.lock_acquire
                 .key(name)
-                .key(key("redisson_lock_token", name))
+                .key(derived_key("redisson_lock_token", name))
                 .arg(lease_ms)
                 .arg(field)
                 .invoke_async(&mut conn)
@@ -551,8 +536,8 @@ impl RedissonPeer {
             .inner
             .scripts
             .fair_give_up
-            .key(key("redisson_lock_queue", name))
-            .key(key("redisson_lock_timeout", name))
+            .key(derived_key("redisson_lock_queue", name))
+            .key(derived_key("redisson_lock_timeout", name))
             .arg(field)
             .arg(wait_ms)
             .invoke_async(&mut conn)
@@ -675,11 +660,11 @@ impl RedissonPeer {
         let r: redis::RedisResult<i64> = if hold.fair {
             s.fair_unlock
                 .key(&hold.name)
-                .key(key("redisson_lock_queue", &hold.name))
-                .key(key("redisson_lock_timeout", &hold.name))
+                .key(derived_key("redisson_lock_queue", &hold.name))
+                .key(derived_key("redisson_lock_timeout", &hold.name))
                 .arg(hold.lease_ms)
                 .arg(&hold.field)
-                .arg(channel(&hold.name))
+                .arg(release_channel(&hold.name))
                 .arg(epoch_ms())
                 .invoke_async(&mut conn)
                 .await
@@ -688,7 +673,7 @@ impl RedissonPeer {
                 .key(&hold.name)
                 .arg(hold.lease_ms)
                 .arg(&hold.field)
-                .arg(channel(&hold.name))
+                .arg(release_channel(&hold.name))
                 .invoke_async(&mut conn)
                 .await
         };

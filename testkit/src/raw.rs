@@ -1,0 +1,55 @@
+//! Raw-protocol helpers: Redisson's derived key and channel names of a lock (PROTOCOL 1) and
+//! reads of its fair queue with plain commands, as a Redisson peer or an operator sees them.
+
+/// A derived key by Redisson's prefix rule: `prefix:{name}`, or `prefix:name` when the name
+/// already has a hash tag.
+pub fn derived_key(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// The fair queue of `name`: a list of waiter owner fields, head first.
+pub fn queue_key(name: &str) -> String {
+    derived_key("redisson_lock_queue", name)
+}
+
+/// The waiter deadlines of `name`: a sorted set of owner fields scored by epoch ms.
+pub fn timeout_key(name: &str) -> String {
+    derived_key("redisson_lock_timeout", name)
+}
+
+/// The channel a release of `name` is published on (plain locks; fair waiters add their field).
+pub fn release_channel(name: &str) -> String {
+    derived_key("redisson_lock__channel", name)
+}
+
+/// The channel of one fair waiter of `name`, by its owner field.
+pub fn waiter_channel(name: &str, field: &str) -> String {
+    format!("{}:{field}", release_channel(name))
+}
+
+/// How many waiters the fair queue of `name` holds (`LLEN`).
+pub fn queue_len(raw: &mut impl redis::ConnectionLike, name: &str) -> i64 {
+    redis::cmd("LLEN").arg(queue_key(name)).query(raw).unwrap()
+}
+
+/// The server's clock (`TIME`) in epoch ms: the clock Redisson's deadline scores use.
+pub fn server_now_ms(raw: &mut impl redis::ConnectionLike) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(raw).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// [`server_now_ms`] on an async connection.
+pub async fn server_now_ms_async(conn: &mut impl redis::aio::ConnectionLike) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
+/// Kills a child process (`SIGKILL`) and reaps it.
+pub fn sigkill(child: &mut std::process::Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

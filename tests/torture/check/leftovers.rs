@@ -1,0 +1,86 @@
+//! Leftovers, checked against Redis itself at the end of a run rather than over the history
+//! (reported as `[run]` problems): every lock can be taken once more, and then nothing but the
+//! fencing counters is left (no key, no channel, no shard channel).
+
+use std::time::{Duration, Instant};
+
+use crate::child::{build_client, Acq, AcqKind, Handle};
+use crate::config::*;
+use crate::faults::admin_conn;
+
+/// Takes every lock once more with a fresh client (after the liveness window, so dead waiters
+/// get purged), then waits until nothing but the fencing counters is left in Redis.
+pub async fn leftovers(port: u16) -> Vec<String> {
+    let mut problems = Vec::new();
+    let url = format!("redis://127.0.0.1:{port}");
+    let c = build_client(&url).await;
+    tokio::time::sleep(TIMING.liveness).await; // the window itself is the scenario
+    let names = FAIR_NAMES
+        .iter()
+        .map(|n| (*n, true))
+        .chain(PLAIN_NAMES.iter().map(|n| (*n, false)));
+    for (name, fair) in names {
+        let h = Handle::new(&c, name, fair, None);
+        let until = Instant::now() + Duration::from_secs(15);
+        loop {
+            let acq = Acq {
+                kind: AcqKind::Try(Duration::ZERO, Some(Duration::from_millis(200))),
+                cancel_after: None,
+            };
+            if let Ok(Some(g)) = h.run(&acq).await {
+                let _ = g.unlock().await;
+                break;
+            }
+            if Instant::now() >= until {
+                let state = match &h {
+                    Handle::Fair(l) => format!("{:?}", l.state().await),
+                    Handle::Plain(l) => format!("{:?}", l.state().await),
+                };
+                problems.push(format!(
+                    "{name} could not be taken 15 s after the load stopped: {state}"
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    c.shutdown().await;
+    drop(c);
+    let mut admin = admin_conn(port).expect("admin connection at teardown");
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut admin).unwrap();
+        let keys: Vec<String> = keys
+            .into_iter()
+            .filter(|k| !k.starts_with("redisson_lock_token:"))
+            .collect();
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("*")
+            .query(&mut admin)
+            .unwrap();
+        let shard: Vec<String> = redis::cmd("PUBSUB")
+            .arg("SHARDCHANNELS")
+            .arg("*")
+            .query(&mut admin)
+            .unwrap();
+        if keys.is_empty() && channels.is_empty() && shard.is_empty() {
+            break;
+        }
+        if Instant::now() >= until {
+            let mut described = Vec::new();
+            for k in &keys {
+                let ty: String = redis::cmd("TYPE").arg(k).query(&mut admin).unwrap();
+                let ttl: i64 = redis::cmd("PTTL").arg(k).query(&mut admin).unwrap();
+                described.push(format!("{k} ({ty}, pttl {ttl})"));
+            }
+            problems.push(format!(
+                "left behind 10 s after the final touch: keys {described:?}, channels {channels:?}, \
+                 shard channels {shard:?}"
+            ));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    problems
+}

@@ -1,0 +1,112 @@
+//! Mutual exclusion (`mutual-exclusion`): two trusted holds of different owner fields on one
+//! name never overlap.
+
+use super::{by_name, Call, CheckStats, History, Violation};
+
+/// Mutual exclusion over trusted intervals.
+pub fn check_mutual_exclusion(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for (name, calls) in by_name(h) {
+        let mut holds: Vec<(u64, u64, &Call)> = calls
+            .iter()
+            .filter_map(|c| c.granted().map(|(t, _)| (t, h.trusted_end(c), *c)))
+            .collect();
+        stats.holds += holds.len();
+        // A guard whose validity ran out before its call returned (its process was paused after
+        // the grant was registered) was never trusted: it cannot overlap anything.
+        holds.retain(|(s, e, _)| e > s);
+        holds.sort_by_key(|(s, _, _)| *s);
+        // Sweep: every hold still open when the next starts.
+        let mut open: Vec<(u64, u64, &Call)> = Vec::new();
+        for (s, e, c) in holds {
+            open.retain(|(_, oe, _)| *oe > s);
+            for (os, oe, oc) in &open {
+                stats.overlap_pairs += 1;
+                if oc.field != c.field {
+                    out.push(Violation {
+                        rule: "mutual-exclusion",
+                        message: format!(
+                            "two holders of {name} at once: {} trusted {}..{}, {} trusted {}..{} \
+                             (overlap {:.1} ms)",
+                            oc.field,
+                            h.rel_ms(*os),
+                            h.rel_ms(*oe),
+                            c.field,
+                            h.rel_ms(s),
+                            h.rel_ms(e),
+                            ((*oe).min(e) - s) as f64 / 1e6
+                        ),
+                        evidence: vec![oc.describe(h), c.describe(h)],
+                        ids: vec![oc.id.clone(), c.id.clone()],
+                    });
+                }
+            }
+            open.push((s, e, c));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::check::fixtures::*;
+
+    #[test]
+    fn mutual_exclusion_accepts_hand_overs_and_reentry() {
+        let mut h = hist();
+        h.add_events(hold("a", "p0", "plain", "u:1", (0, 10), 1, 20, 500));
+        // Taken after A's release started; and A's own re-entry overlaps A.
+        h.add_events(hold("b", "p1", "plain", "v:1", (15, 25), 2, 40, 500));
+        h.add_events(hold("a2", "p0", "plain", "u:1", (12, 13), 3, 18, 500));
+        // C overlaps D's hold but D's validity ran out first; E's lost() fired before F.
+        h.add_events(hold("c", "p0", "plain2", "u:1", (0, 10), 1, 900, 100));
+        h.add_events(hold("d", "p1", "plain2", "v:1", (50, 150), 2, 160, 900));
+        h.add_events(hold("e", "p0", "plain3", "u:1", (0, 10), 1, 900, 900));
+        h.add_events([Event::Lost {
+            id: "e".into(),
+            t: 100 * MS,
+            reason: "Gone".into(),
+        }]);
+        h.add_events(hold("f", "p1", "plain3", "v:1", (50, 150), 2, 160, 900));
+        // G's validity ran out before its call returned (its process paused): never trusted.
+        h.add_events(hold("x", "p1", "plain4", "v:1", (0, 10), 1, 200, 500));
+        h.add_events(hold("g", "p0", "plain4", "u:1", (0, 50), 2, 900, 45));
+        assert!(
+            !rules(&h).contains(&"mutual-exclusion"),
+            "{:?}",
+            check(&h, 9).0
+        );
+    }
+
+    #[test]
+    fn mutual_exclusion_catches_two_holders() {
+        let mut h = hist();
+        h.add_events(hold("a", "p0", "plain", "u:1", (0, 10), 1, 200, 500));
+        h.add_events(hold("b", "p1", "plain", "v:1", (50, 100), 2, 150, 900));
+        assert!(rules(&h).contains(&"mutual-exclusion"));
+        // A hold never released counts up to its validity at the grant, or the kill.
+        let mut h = hist();
+        let mut a = call(
+            "a",
+            "p0",
+            "plain",
+            "u:1",
+            0,
+            None,
+            10,
+            Outcome::Granted,
+            Some(1),
+        );
+        if let Event::End { vu, .. } = &mut a[1] {
+            *vu = Some(1000 * MS);
+        }
+        h.add_events(a);
+        h.add_events(hold("b", "p1", "plain", "v:1", (50, 100), 2, 150, 900));
+        assert!(rules(&h).contains(&"mutual-exclusion"));
+        // Its process froze (killed, or stopped for good) after B took it, or before.
+        h.frozen.insert("p0".into(), 120 * MS);
+        assert!(rules(&h).contains(&"mutual-exclusion"));
+        h.frozen.insert("p0".into(), 90 * MS);
+        assert!(!rules(&h).contains(&"mutual-exclusion"));
+    }
+}

@@ -1,0 +1,671 @@
+//! The child process: many tasks doing random lock operations, recording every event.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::File;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fairlock::{Client, FairLock, Lock, LockGuard};
+use fairlock_testkit::history::{mono_ns, Event, InstantClock, Outcome};
+use fairlock_testkit::redisson_peer::splitmix;
+use tracing::Instrument;
+
+use crate::config::*;
+
+// ---------------------------------------------------------------------------------------------
+// Child process: many tasks doing random lock operations, recording every event.
+
+/// Writes events, one line per `write`, so a killed process leaves whole lines behind.
+pub struct Recorder {
+    pub file: Mutex<File>,
+}
+
+impl Recorder {
+    pub fn log(&self, ev: Event) {
+        let mut line = ev.to_line();
+        line.push('\n');
+        let _ = self.file.lock().unwrap().write_all(line.as_bytes());
+    }
+}
+
+/// The id of the call a `torture_call` span stands for.
+pub struct CallId(String);
+
+/// Turns the library's `queued` event (its attempt joined a fair queue; emitted inside the call's
+/// own future, never by an attempt a dropped call abandoned) into an [`Event::Joined`] of the
+/// call whose `torture_call` span encloses it.
+pub struct JoinLog(Arc<Recorder>);
+
+/// Reads a span's `id` field.
+pub struct IdField(Option<String>);
+
+impl tracing::field::Visit for IdField {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "id" {
+            self.0 = Some(format!("{value:?}"));
+        }
+    }
+}
+
+/// Whether an event's message is `queued`.
+pub struct QueuedMessage(bool);
+
+impl tracing::field::Visit for QueuedMessage {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" && format!("{value:?}") == "queued" {
+            self.0 = true;
+        }
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for JoinLog
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attrs.metadata().name() != "torture_call" {
+            return;
+        }
+        let mut call = IdField(None);
+        attrs.record(&mut call);
+        if let (Some(call), Some(span)) = (call.0, ctx.span(id)) {
+            span.extensions_mut().insert(CallId(call));
+        }
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        let t = mono_ns();
+        let mut queued = QueuedMessage(false);
+        event.record(&mut queued);
+        if !queued.0 {
+            return;
+        }
+        let Some(scope) = ctx.event_scope(event) else {
+            return;
+        };
+        for span in scope {
+            if let Some(CallId(id)) = span.extensions().get::<CallId>() {
+                self.0.log(Event::Joined { id: id.clone(), t });
+                return;
+            }
+        }
+    }
+}
+
+#[derive(Clone)]
+pub enum Handle {
+    Fair(FairLock),
+    Plain(Lock),
+}
+
+impl Handle {
+    pub fn new(client: &Client, name: &str, fair: bool, holder: Option<i64>) -> Handle {
+        if fair {
+            let mut l = client.fair_lock(name).fenced();
+            if let Some(h) = holder {
+                l = l.holder(h);
+            }
+            Handle::Fair(l)
+        } else {
+            let mut l = client.lock(name).fenced();
+            if let Some(h) = holder {
+                l = l.holder(h);
+            }
+            Handle::Plain(l)
+        }
+    }
+
+    pub fn is_fair(&self) -> bool {
+        matches!(self, Handle::Fair(_))
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Handle::Fair(l) => l.name(),
+            Handle::Plain(l) => l.name(),
+        }
+    }
+
+    pub async fn run(&self, acq: &Acq) -> fairlock::Result<Option<LockGuard>> {
+        match (self, acq.kind) {
+            (Handle::Fair(l), AcqKind::Lock) => l.lock().await.map(Some),
+            (Handle::Plain(l), AcqKind::Lock) => l.lock().await.map(Some),
+            (Handle::Fair(l), AcqKind::Lease(d)) => l.lock_with_lease(d).await.map(Some),
+            (Handle::Plain(l), AcqKind::Lease(d)) => l.lock_with_lease(d).await.map(Some),
+            (Handle::Fair(l), AcqKind::Try(w, d)) => l.try_lock(w, d).await,
+            (Handle::Plain(l), AcqKind::Try(w, d)) => l.try_lock(w, d).await,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum AcqKind {
+    Lock,
+    Lease(Duration),
+    Try(Duration, Option<Duration>),
+}
+
+/// One acquisition call: what it asks for, and when the caller drops it (if ever).
+#[derive(Debug, Clone, Copy)]
+pub struct Acq {
+    pub kind: AcqKind,
+    pub cancel_after: Option<Duration>,
+}
+
+impl Acq {
+    pub fn op(&self) -> &'static str {
+        match self.kind {
+            AcqKind::Lock => "lock",
+            AcqKind::Lease(_) => "lock_with_lease",
+            AcqKind::Try(w, _) if w.is_zero() => "try_lock0",
+            AcqKind::Try(..) => "try_lock",
+        }
+    }
+
+    pub fn wait_ms(&self) -> Option<u64> {
+        match self.kind {
+            AcqKind::Try(w, _) => Some(w.as_millis() as u64),
+            _ => None,
+        }
+    }
+
+    pub fn lease_ms(&self) -> Option<u64> {
+        match self.kind {
+            AcqKind::Lease(d) | AcqKind::Try(_, Some(d)) => Some(d.as_millis() as u64),
+            _ => None,
+        }
+    }
+}
+
+pub struct ChildCtx {
+    pub proc: String,
+    pub url: String,
+    pub ops: HashSet<String>,
+    pub log: Arc<Recorder>,
+    pub clock: InstantClock,
+    /// The current client and its id (`<proc>.c<generation>`).
+    pub client: tokio::sync::RwLock<(Client, String)>,
+    pub generation: AtomicU32,
+    pub shutting_down: AtomicBool,
+    pub stopping: AtomicBool,
+    pub next_call: AtomicU64,
+    pub counts: Mutex<BTreeMap<String, u64>>,
+}
+
+impl ChildCtx {
+    pub fn has(&self, op: &str) -> bool {
+        self.ops.contains(op)
+    }
+
+    pub fn count(&self, what: &str) {
+        *self
+            .counts
+            .lock()
+            .unwrap()
+            .entry(what.to_owned())
+            .or_default() += 1;
+    }
+
+    pub async fn current(&self) -> (Client, String) {
+        let c = self.client.read().await;
+        (c.0.clone(), c.1.clone())
+    }
+
+    pub fn anomaly(&self, what: String) {
+        self.log.log(Event::Anomaly {
+            proc: self.proc.clone(),
+            t: mono_ns(),
+            what,
+        });
+    }
+
+    /// Runs one acquisition call and records it. `Some((guard, call id))` when granted.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn acquire(
+        &self,
+        client: &(Client, String),
+        h: &Handle,
+        holder: i64,
+        shared: bool,
+        reentrant: bool,
+        acq: Acq,
+    ) -> (Option<(LockGuard, String)>, Outcome) {
+        let id = format!(
+            "{}.{}",
+            self.proc,
+            self.next_call.fetch_add(1, Ordering::SeqCst)
+        );
+        let field = format!("{}:{holder}", client.0.id());
+        self.log.log(Event::Call {
+            id: id.clone(),
+            proc: self.proc.clone(),
+            client: client.1.clone(),
+            name: h.name().to_owned(),
+            fair: h.is_fair(),
+            field: field.clone(),
+            op: acq.op().to_owned(),
+            wait_ms: acq.wait_ms(),
+            lease_ms: acq.lease_ms(),
+            t: mono_ns(),
+            shared,
+            reentrant,
+            java: false,
+        });
+        self.count(&format!("call {}", acq.op()));
+        let run = h
+            .run(&acq)
+            .instrument(tracing::info_span!("torture_call", id = %id));
+        let result = match acq.cancel_after {
+            Some(d) => tokio::time::timeout(d, run).await.ok(),
+            None => Some(run.await),
+        };
+        let t = mono_ns();
+        let (outcome, guard, detail) = match result {
+            None => (Outcome::Cancelled, None, String::new()),
+            Some(Ok(Some(g))) => (Outcome::Granted, Some(g), String::new()),
+            Some(Ok(None)) => (Outcome::TimedOut, None, String::new()),
+            Some(Err(e)) if e.is_shutdown() => (Outcome::Shutdown, None, String::new()),
+            Some(Err(e)) => (Outcome::Error, None, format!("{e}")),
+        };
+        self.count(&format!(
+            "outcome {}",
+            format!("{outcome:?}").to_lowercase()
+        ));
+        let (token, vu) = match &guard {
+            Some(g) => (g.fencing_token(), Some(self.clock.ns(g.valid_until()))),
+            None => (None, None),
+        };
+        self.log.log(Event::End {
+            id: id.clone(),
+            t,
+            outcome,
+            token,
+            vu,
+            detail,
+        });
+        if let Some(g) = &guard {
+            if g.owner_field() != field {
+                self.anomaly(format!(
+                    "call {id}: guard owner field {} but the caller's field is {field}",
+                    g.owner_field()
+                ));
+            }
+            if g.fencing_token().is_none() {
+                self.anomaly(format!("call {id}: a fenced guard without a token"));
+            }
+        }
+        (guard.map(|g| (g, id)), outcome)
+    }
+
+    /// Holds for `d` (the critical section), watching `lost()`.
+    pub async fn hold(&self, guard: &LockGuard, id: &str, d: Duration, lost_logged: &mut bool) {
+        if *lost_logged {
+            tokio::time::sleep(d).await;
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            reason = guard.lost() => {
+                self.log.log(Event::Lost { id: id.to_owned(), t: mono_ns(), reason: format!("{reason:?}") });
+                self.count("lost");
+                *lost_logged = true;
+                // The rest of the critical section is not trusted any more; finish it anyway.
+                tokio::time::sleep(d / 4).await;
+            }
+        }
+    }
+
+    pub async fn release(&self, guard: LockGuard, id: &str, by_drop: bool, lost_logged: bool) {
+        let vu = self.clock.ns(guard.valid_until());
+        let lost = guard.is_lost();
+        if lost && !lost_logged {
+            self.log.log(Event::Lost {
+                id: id.to_owned(),
+                t: mono_ns(),
+                reason: "seen-at-release".into(),
+            });
+        }
+        self.log.log(Event::Release {
+            id: id.to_owned(),
+            t: mono_ns(),
+            vu,
+            how: if by_drop { "drop" } else { "unlock" }.into(),
+            lost,
+        });
+        if by_drop {
+            self.count("release drop");
+            drop(guard);
+        } else {
+            self.count("release unlock");
+            let r = guard.unlock().await;
+            let result = match r {
+                Ok(()) => "ok".to_owned(),
+                Err(e) if e.is_not_held() => "notheld".to_owned(),
+                Err(e) => format!("err:{e}"),
+            };
+            self.log.log(Event::Released {
+                id: id.to_owned(),
+                t: mono_ns(),
+                result,
+            });
+        }
+    }
+
+    /// Shuts the current client down and builds the next one (other tasks see `Shutdown`).
+    pub async fn replace_client(&self) {
+        if self.shutting_down.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.count("shutdown");
+        let mut slot = self.client.write().await;
+        self.log.log(Event::Shutdown {
+            client: slot.1.clone(),
+            t: mono_ns(),
+        });
+        slot.0.shutdown().await;
+        let g = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        *slot = (build_client(&self.url).await, format!("{}.c{g}", self.proc));
+        self.shutting_down.store(false, Ordering::SeqCst);
+    }
+}
+
+pub async fn build_client(url: &str) -> Client {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        match Client::builder()
+            .standalone(url)
+            .watchdog_timeout(TIMING.watchdog)
+            .waiter_liveness(TIMING.liveness)
+            .timer_tick(TIMING.tick)
+            .command_timeout(TIMING.command_timeout)
+            .build()
+            .await
+        {
+            Ok(c) => return c,
+            Err(e) if Instant::now() < until => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("cannot build a client for {url}: {e}"),
+        }
+    }
+}
+
+/// A random acquisition from the enabled kinds.
+pub fn random_acq(rng: &mut Rng, ctx: &ChildCtx) -> Acq {
+    let mut kinds = Vec::new();
+    for k in ["lock", "lease", "try", "try0"] {
+        if ctx.has(k) {
+            kinds.push(k);
+        }
+    }
+    if kinds.is_empty() {
+        kinds.push("try");
+    }
+    let lease = |rng: &mut Rng| {
+        if rng.chance(0.5) {
+            None
+        } else {
+            Some(rng.ms(60, 1200))
+        }
+    };
+    let kind = match *rng.pick(&kinds) {
+        "lock" => AcqKind::Lock,
+        "lease" => AcqKind::Lease(rng.ms(60, 1200)),
+        "try0" => AcqKind::Try(Duration::ZERO, lease(rng)),
+        _ => AcqKind::Try(rng.ms(1, 400), lease(rng)),
+    };
+    let unbounded = matches!(kind, AcqKind::Lock | AcqKind::Lease(_));
+    let cancel_after = if unbounded {
+        // An unbounded wait is always bounded by the caller here: a `timeout()` retry loop.
+        Some(if ctx.has("cancel") && rng.chance(0.25) {
+            rng.ms(0, 6) // drops the future in the middle of its first round trip
+        } else {
+            rng.ms(50, 2500)
+        })
+    } else if ctx.has("cancel") && rng.chance(0.15) {
+        Some(rng.ms(0, 300))
+    } else {
+        None
+    };
+    Acq { kind, cancel_after }
+}
+
+pub async fn task_loop(ctx: Arc<ChildCtx>, task_no: usize, seed: u64, shared_holder: Option<i64>) {
+    let mut rng = Rng::new(seed);
+    let mut names: Vec<(&str, bool)> = Vec::new();
+    if ctx.has("fair") {
+        names.extend(FAIR_NAMES.iter().map(|n| (*n, true)));
+    }
+    if ctx.has("plain") {
+        names.extend(PLAIN_NAMES.iter().map(|n| (*n, false)));
+    }
+    while !ctx.stopping.load(Ordering::SeqCst) {
+        if task_no == 0 && ctx.has("shutdown") && rng.chance(0.004) {
+            ctx.replace_client().await;
+            continue;
+        }
+        let client = ctx.current().await;
+        let (name, fair) = *rng.pick(&names);
+        let holder = shared_holder.unwrap_or_else(|| {
+            tokio::task::id()
+                .to_string()
+                .parse::<i64>()
+                .expect("a numeric task id")
+        });
+        let shared = shared_holder.is_some();
+        let h = Handle::new(&client.0, name, fair, shared_holder);
+        // A `timeout()` retry loop around unbounded waits; a single call otherwise.
+        let acq = random_acq(&mut rng, &ctx);
+        let attempts = if acq.cancel_after.is_some() && rng.chance(0.6) {
+            1 + rng.below(4)
+        } else {
+            1
+        };
+        let mut granted = None;
+        for _ in 0..attempts {
+            let (g, outcome) = ctx.acquire(&client, &h, holder, shared, false, acq).await;
+            if g.is_some() || outcome != Outcome::Cancelled || ctx.stopping.load(Ordering::SeqCst) {
+                granted = g;
+                break;
+            }
+        }
+        let Some((guard, id)) = granted else {
+            continue;
+        };
+        let mut lost = false;
+        let lease = acq.lease_ms().map(Duration::from_millis);
+        let hold_for = if ctx.has("longhold") && rng.chance(0.06) {
+            // Past the lease (or a few renewals), so leases run out and renewals cross releases.
+            lease.unwrap_or(TIMING.watchdog) + rng.ms(0, 400)
+        } else {
+            rng.ms(0, 25)
+        };
+        ctx.hold(&guard, &id, hold_for, &mut lost).await;
+        // Re-entry by the same holder with another lease.
+        if ctx.has("reenter") && rng.chance(0.15) {
+            let inner_acq = Acq {
+                kind: match rng.below(3) {
+                    0 => AcqKind::Try(rng.ms(0, 50), Some(rng.ms(50, 900))),
+                    1 => AcqKind::Try(Duration::ZERO, None),
+                    _ => AcqKind::Lease(rng.ms(50, 900)),
+                },
+                cancel_after: Some(rng.ms(100, 600)),
+            };
+            let (inner, _) = ctx
+                .acquire(&client, &h, holder, shared, true, inner_acq)
+                .await;
+            if let Some((ig, iid)) = inner {
+                ctx.count("reentered");
+                let mut ilost = false;
+                ctx.hold(&ig, &iid, rng.ms(0, 15), &mut ilost).await;
+                let by_drop = ctx.has("drop") && rng.chance(0.5);
+                ctx.release(ig, &iid, by_drop, ilost).await;
+            }
+            ctx.hold(&guard, &id, rng.ms(0, 10), &mut lost).await;
+        }
+        let relock = ctx.has("droprelock") && rng.chance(0.2);
+        let by_drop = relock || (ctx.has("drop") && rng.chance(0.5));
+        ctx.release(guard, &id, by_drop, lost).await;
+        if relock {
+            // drop(guard); lock again at once: must behave as unlock-then-lock.
+            ctx.count("drop-then-relock");
+            let again = Acq {
+                kind: if rng.chance(0.5) {
+                    AcqKind::Lock
+                } else {
+                    AcqKind::Try(rng.ms(0, 300), None)
+                },
+                cancel_after: Some(rng.ms(200, 2000)),
+            };
+            let (g, _) = ctx.acquire(&client, &h, holder, shared, false, again).await;
+            if let Some((g, id)) = g {
+                let mut lost = false;
+                ctx.hold(&g, &id, rng.ms(0, 20), &mut lost).await;
+                let by_drop = rng.chance(0.5);
+                ctx.release(g, &id, by_drop, lost).await;
+            }
+        }
+    }
+}
+
+/// Records runtime stalls: a 5 ms timer that fires much later than asked.
+pub async fn lag_probe(ctx: Arc<ChildCtx>) {
+    while !ctx.stopping.load(Ordering::SeqCst) {
+        let t0 = mono_ns();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let t1 = mono_ns();
+        if t1 - t0 > 60_000_000 {
+            ctx.log.log(Event::Lag {
+                proc: ctx.proc.clone(),
+                t0,
+                t1,
+            });
+        }
+    }
+}
+
+/// The child's main: runs until its stdin closes, then stops its tasks, shuts down and exits.
+pub fn child_main() {
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("child: {k} unset"));
+    let proc = var("FAIRLOCK_TORTURE_PROC");
+    let url = var("FAIRLOCK_TORTURE_URL");
+    let seed: u64 = var("FAIRLOCK_TORTURE_CHILD_SEED").parse().unwrap();
+    let flavour = var("FAIRLOCK_TORTURE_FLAVOUR");
+    let tasks: usize = var("FAIRLOCK_TORTURE_TASKS").parse().unwrap();
+    let ops: HashSet<String> = var("FAIRLOCK_TORTURE_CHILD_OPS")
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    let log = File::options()
+        .create(true)
+        .append(true)
+        .open(var("FAIRLOCK_TORTURE_LOG"))
+        .unwrap();
+    let log = Arc::new(Recorder {
+        file: Mutex::new(log),
+    });
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::Layer;
+        let joins = JoinLog(log.clone()).with_filter(
+            tracing_subscriber::filter::Targets::new()
+                .with_target("fairlock", tracing::Level::DEBUG)
+                .with_target("torture", tracing::Level::INFO),
+        );
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(joins))
+            .expect("the child sets up tracing once");
+    }
+    let rt = if flavour == "current" {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let code = rt.block_on(async move {
+        let client = build_client(&url).await;
+        let ctx = Arc::new(ChildCtx {
+            proc: proc.clone(),
+            url: url.clone(),
+            ops,
+            log: log.clone(),
+            clock: InstantClock::new(),
+            client: tokio::sync::RwLock::new((client, format!("{proc}.c0"))),
+            generation: AtomicU32::new(0),
+            shutting_down: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            next_call: AtomicU64::new(1),
+            counts: Mutex::new(BTreeMap::new()),
+        });
+        let stop = Arc::new(tokio::sync::Notify::new());
+        {
+            // Stdin closing is the signal to stop.
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut sink = String::new();
+                let _ = std::io::stdin().read_line(&mut sink);
+                stop.notify_one();
+            });
+        }
+        let shared_holder = 7_000_000 + (seed % 1000) as i64;
+        let mut handles = Vec::new();
+        for t in 0..tasks {
+            let holder = (ctx.has("shared") && t < 2).then_some(shared_holder);
+            handles.push(tokio::spawn(task_loop(
+                ctx.clone(),
+                t,
+                splitmix(seed ^ (t as u64 + 1)),
+                holder,
+            )));
+        }
+        let probe = tokio::spawn(lag_probe(ctx.clone()));
+        println!("READY");
+        stop.notified().await;
+        ctx.stopping.store(true, Ordering::SeqCst);
+        let mut stuck = 0;
+        for h in handles {
+            match tokio::time::timeout(Duration::from_secs(30), h).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    ctx.anomaly(format!("a task panicked: {e}"));
+                    stuck += 1;
+                }
+                Err(_) => {
+                    ctx.anomaly("a task did not finish within 30 s of the stop".into());
+                    stuck += 1;
+                }
+            }
+        }
+        probe.abort();
+        let (client, _) = ctx.current().await;
+        if tokio::time::timeout(Duration::from_secs(10), client.shutdown())
+            .await
+            .is_err()
+        {
+            ctx.anomaly("client.shutdown() did not return within 10 s".into());
+        }
+        let counts = ctx.counts.lock().unwrap().clone();
+        let summary: Vec<String> = counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("COUNTS {}", summary.join(";").replace(' ', "_"));
+        if stuck > 0 {
+            3
+        } else {
+            0
+        }
+    });
+    std::process::exit(code);
+}

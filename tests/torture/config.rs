@@ -1,0 +1,139 @@
+//! What parent and children share: timings, lock names, the seeded generator, and the selections
+//! of faults and operations from the environment.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use fairlock_testkit::redisson_peer::{splitmix, PeerConfig};
+
+pub const ROLE_ENV: &str = "FAIRLOCK_TORTURE_ROLE";
+
+// ---------------------------------------------------------------------------------------------
+// Timing shared by parent and children.
+
+/// Short timings so a lot happens per second.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub watchdog: Duration,
+    pub liveness: Duration,
+    pub tick: Duration,
+    pub command_timeout: Duration,
+}
+
+pub const TIMING: Timing = Timing {
+    watchdog: Duration::from_millis(1000),
+    liveness: Duration::from_millis(1000),
+    tick: Duration::from_millis(10),
+    command_timeout: Duration::from_millis(300),
+};
+
+pub fn peer_config() -> PeerConfig {
+    PeerConfig {
+        watchdog: Duration::from_millis(1000),
+        renew_every: Duration::from_millis(333),
+        lock_wait: Duration::from_millis(300_000),
+        command_timeout: Duration::from_millis(500),
+        min_poll: Duration::from_millis(5),
+        abandon_limit: Duration::from_millis(1500),
+    }
+}
+
+pub const FAIR_NAMES: [&str; 2] = ["torture-fair-a", "torture-fair-b"];
+pub const PLAIN_NAMES: [&str; 1] = ["torture-plain"];
+
+// ---------------------------------------------------------------------------------------------
+// A small seeded random generator (splitmix64).
+
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(splitmix(seed))
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = splitmix(self.0);
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+
+    pub fn ms(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.below(hi - lo + 1))
+    }
+
+    pub fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+
+    pub fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+        &xs[self.below(xs.len() as u64) as usize]
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Selections from the environment.
+
+pub const ALL_FAULTS: [&str; 8] = [
+    "sigstop",
+    "sigkill",
+    "clientkill",
+    "pause",
+    "sleep",
+    "scriptflush",
+    "restart",
+    "proxy",
+];
+pub const ALL_OPS: [&str; 14] = [
+    "lock",
+    "lease",
+    "try",
+    "try0",
+    "cancel",
+    "reenter",
+    "drop",
+    "droprelock",
+    "longhold",
+    "shared",
+    "shutdown",
+    "java",
+    "plain",
+    "fair",
+];
+
+pub fn selection(var: &str, all: &[&str]) -> HashSet<String> {
+    let raw = std::env::var(var).unwrap_or_else(|_| "all".into());
+    let raw = raw.trim();
+    if raw == "all" || raw.is_empty() {
+        return all.iter().map(|s| s.to_string()).collect();
+    }
+    if raw == "none" {
+        return HashSet::new();
+    }
+    let picked: HashSet<String> = raw.split(',').map(|s| s.trim().to_owned()).collect();
+    for p in &picked {
+        assert!(
+            all.contains(&p.as_str()),
+            "{var}: unknown kind {p:?}; known: {all:?}"
+        );
+    }
+    picked
+}
+
+pub fn env_u64(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .map(|v| {
+            v.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{var}={v:?} is not a number"))
+        })
+        .unwrap_or(default)
+}
