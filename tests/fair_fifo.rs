@@ -202,3 +202,54 @@ async fn cancellation_stress_leaves_no_waiter_and_no_lock_behind() {
         "the four untimed rounds (and maybe others) acquired"
     );
 }
+
+/// Issue 21, item 5: a heartbeat used to find its waiter's place (`LPOS`) and count the unmarked
+/// waiters ahead of it (`LRANGE` + `ZMSCORE`) on every beat, O(queue position) each and O(n²) per
+/// period. With no Redisson waiter in the queue every waiter's score equals its mark, so no
+/// heartbeat or re-check may walk the queue at all: the server's own command counts show it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_of_fairlock_waiters_never_walk_the_queue() {
+    const WAITERS: usize = 60;
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let owner = Client::connect(&server.url()).await.unwrap();
+    let waiters = Client::builder()
+        .standalone(server.url())
+        .waiter_liveness(Duration::from_millis(300))
+        .timer_tick(Duration::from_millis(10))
+        .build()
+        .await
+        .unwrap();
+    let held = owner.fair_lock("beats").lock().await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..WAITERS {
+        let lock = waiters.fair_lock("beats");
+        tasks.push(tokio::spawn(async move {
+            lock.lock().await.unwrap().unlock().await.unwrap();
+        }));
+    }
+    wait_until(Duration::from_secs(10), "every waiter queued", || {
+        queue_len(&mut raw, "beats") == WAITERS as i64
+    });
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut raw).unwrap();
+    // Heartbeats run every 100 ms (a third of the window); each refreshes every waiter's mark
+    // and score with ZADD. Wait for several whole periods of them.
+    let mut info = String::new();
+    wait_until(Duration::from_secs(20), "several heartbeat periods", || {
+        info = redis::cmd("INFO").arg("commandstats").query(&mut raw).unwrap();
+        support::command_calls(&info, "zadd") >= 2 * 5 * WAITERS as u64
+    });
+    for walk in ["lpos", "lrange", "zmscore"] {
+        assert_eq!(
+            support::command_calls(&info, walk),
+            0,
+            "a heartbeat walked the queue with {walk}: {info}"
+        );
+    }
+    assert_eq!(queue_len(&mut raw, "beats"), WAITERS as i64, "no live waiter was purged");
+    held.unlock().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(queue_len(&mut raw, "beats"), 0);
+}
