@@ -1,10 +1,12 @@
-//! The `fairlock` binary (feature `cli`), run as a real process against real servers: a
+//! The `fairlock` binary (this crate), run as a real process against real servers: a
 //! standalone server, a 6-node cluster and a Sentinel group, with locks held and queued for by
 //! fairlock clients and by a Redisson-protocol peer made of raw commands (as in
 //! tests/fair_interop.rs: HSET/PEXPIRE the owner hash, ZADD/RPUSH a waiter with a client-clock
 //! deadline, SUBSCRIBE its own channel). Every command, its table and its JSON output (parsed),
 //! every exit code and each bad input.
 
+// The library's test support, shared by path until it becomes a crate of its own.
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
