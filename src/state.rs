@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use crate::keys;
+
 /// What `state.lua` returns, before decoding.
 pub(crate) struct RawState {
     pub(crate) now_ms: i64,
@@ -82,12 +84,12 @@ pub struct Owner {
 impl Owner {
     /// The client-instance part of the field (everything before the last `:`).
     pub fn client_id(&self) -> &str {
-        self.field.rsplit_once(':').map_or(&self.field, |(c, _)| c)
+        keys::split_field(&self.field).0
     }
 
     /// The holder id (after the last `:`), when it is a number.
     pub fn holder_id(&self) -> Option<i64> {
-        self.field.rsplit_once(':')?.1.parse().ok()
+        keys::split_field(&self.field).1
     }
 }
 
