@@ -108,4 +108,4 @@ pub use fair::FairLock;
 pub use guard::{LockGuard, LostReason};
 pub use lock::Lock;
 pub use redlock::{RedLock, RedLockGuard};
-pub use state::{LockState, Owner, QueuedWaiter};
+pub use state::{DeadReason, LockState, Owner, QueuedWaiter};

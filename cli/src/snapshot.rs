@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use fairlock::keys::{self, DerivedKey, LockKeys};
+use fairlock::DeadReason;
 use serde::Serialize;
 
 use crate::connect::{Node, Raw, Session};
@@ -132,29 +133,7 @@ pub fn parse_derived(key: &str) -> Option<(String, Role)> {
     Some((name.to_owned(), role))
 }
 
-/// Why a waiter looks dead at `now` (README.md "What looks dead"; the same rules as
-/// `lua/cli_prologue.lua`), or `None` while it looks alive.
-pub fn dead_reason(
-    field: &str,
-    deadline_ms: Option<i64>,
-    mark_ms: Option<i64>,
-    fairlock_clients: &HashSet<String>,
-    now: i64,
-) -> Option<&'static str> {
-    if let Some(mark) = mark_ms {
-        return (mark <= now).then_some("liveness_lapsed");
-    }
-    if fairlock_clients.contains(keys::split_field(field).0) {
-        return Some("liveness_missing");
-    }
-    match deadline_ms {
-        None => Some("no_deadline"),
-        Some(d) if d <= now => Some("deadline_passed"),
-        Some(_) => None,
-    }
-}
-
-/// The reason codes in words.
+/// The reason codes ([`DeadReason::code`]; the CLI's scripts return the same) in words.
 pub fn reason_text(code: &str) -> &'static str {
     match code {
         "liveness_lapsed" => "liveness mark lapsed",
@@ -288,13 +267,11 @@ pub async fn read(
         .enumerate()
         .map(|(i, w)| {
             let (client, holder) = keys::split_field(&w.field);
-            let reason = dead_reason(
-                &w.field,
-                w.deadline_ms,
-                w.alive_until_ms,
-                &fairlock_clients,
-                now,
-            );
+            // The library's rule, with what the tool knows beyond the snapshot: which clients
+            // are fairlock's (the same rule as `dead_reason` in cli/lua/cli_prologue.lua).
+            let reason = w
+                .dead_reason(now, fairlock_clients.contains(client))
+                .map(DeadReason::code);
             WaiterView {
                 position: i + 1,
                 field: w.field.clone(),
@@ -639,33 +616,6 @@ pub fn render(s: &Snapshot, limit: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn waiters_are_judged_by_mark_then_client_then_deadline() {
-        let mut known = HashSet::new();
-        known.insert("aaaa".to_owned());
-        // A mark decides alone, whatever the deadline says.
-        assert_eq!(dead_reason("x:1", Some(10), Some(200), &known, 100), None);
-        assert_eq!(
-            dead_reason("x:1", Some(999), Some(100), &known, 100),
-            Some("liveness_lapsed")
-        );
-        // No mark, but a fairlock client: dead.
-        assert_eq!(
-            dead_reason("aaaa:2", Some(999), None, &known, 100),
-            Some("liveness_missing")
-        );
-        // Others by their deadline.
-        assert_eq!(dead_reason("b:3", Some(101), None, &known, 100), None);
-        assert_eq!(
-            dead_reason("b:3", Some(100), None, &known, 100),
-            Some("deadline_passed")
-        );
-        assert_eq!(
-            dead_reason("b:3", None, None, &known, 100),
-            Some("no_deadline")
-        );
-    }
 
     #[test]
     fn short_fields() {
