@@ -110,6 +110,6 @@ async fn main() -> Result<(), Box<dyn Error>> {
         g.unlock().await?;
     }
     println!("\nthe command-line tool shows more (fencing counter, orphans, a live view):");
-    println!("  REDIS_URL=redis://… cargo run --features cli --bin fairlock -- inspect {name}");
+    println!("  REDIS_URL=redis://… cargo run -p fairlock-cli -- inspect {name}");
     Ok(())
 }

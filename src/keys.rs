@@ -1,24 +1,77 @@
-//! What a lock is on the wire: its kind, every Redis key and channel name derived from its name
-//! (PROTOCOL 1), the name checks behind them, and the cluster slot they all share. Pure data: no
+//! Every Redis key and channel one lock uses, derived from its name, as Redisson names them
+//! (the repository's `docs/PROTOCOL.md`, sections 1 and 2): the owner hash, the release channel
+//! and the fair waiters' own channels, the waiter queue, the deadline set, the fencing counter,
+//! Redisson's unlock latches and fairlock's liveness set. Also the rule that checks a name, the
+//! Redis Cluster slot every key of a lock shares, and the shape of an owner field. Pure data: no
 //! I/O here.
 //!
-//! It must never let one lock's keys straddle cluster slots: in cluster mode `validate` refuses
-//! names whose derived keys would land elsewhere than the name.
+//! The library uses these names itself; they are public for tools that look at locks from the
+//! outside (the `fairlock` command-line tool does) and must agree with the library byte for byte.
+//!
+//! ```
+//! use fairlock::keys::{self, LockKeys};
+//!
+//! let k = LockKeys::new("orders:42");
+//! assert_eq!(k.queue(), "redisson_lock_queue:{orders:42}");
+//! assert_eq!(k.waiter_channel("u:7"), "redisson_lock__channel:{orders:42}:u:7");
+//! // Every key of the lock lands in the slot of its name.
+//! assert_eq!(keys::slot(k.deadlines()), keys::slot("orders:42"));
+//! ```
+//!
+//! It must never let one lock's keys straddle cluster slots: in cluster mode [`check_name`]
+//! refuses names whose derived keys would land elsewhere than the name.
 
+use std::fmt;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
-const RELEASE_CHANNEL_PREFIX: &str = "redisson_lock__channel";
-const QUEUE_PREFIX: &str = "redisson_lock_queue";
-const DEADLINES_PREFIX: &str = "redisson_lock_timeout";
-const TOKEN_PREFIX: &str = "redisson_lock_token";
-const LIVENESS_PREFIX: &str = "fairlock_liveness";
+/// Prefix of the release channel, `redisson_lock__channel:{NAME}` (two underscores); a fair
+/// waiter's own channel is that channel, `:`, and its owner field.
+pub const CHANNEL_PREFIX: &str = "redisson_lock__channel";
+/// Prefix of a fair lock's waiter queue, `redisson_lock_queue:{NAME}` (a list of owner fields).
+pub const QUEUE_PREFIX: &str = "redisson_lock_queue";
+/// Prefix of a fair lock's deadline set, `redisson_lock_timeout:{NAME}` (a sorted set: owner
+/// field, deadline in epoch milliseconds).
+pub const DEADLINES_PREFIX: &str = "redisson_lock_timeout";
+/// Prefix of the fencing counter, `redisson_lock_token:{NAME}` (an integer string).
+pub const TOKEN_PREFIX: &str = "redisson_lock_token";
+/// Prefix of fairlock's own liveness marks of its fair waiters, `fairlock_liveness:{NAME}` (a
+/// sorted set: owner field, the server time by which the waiter must show life again).
+pub const LIVENESS_PREFIX: &str = "fairlock_liveness";
+/// Prefix of Redisson's unlock latches, `redisson_unlock_latch:{NAME}:<request id>` (strings
+/// with a PX). fairlock never writes one.
+pub const LATCH_PREFIX: &str = "redisson_unlock_latch";
 
-/// Every Redis name one lock uses, derived once per handle and kept back to back in one
-/// allocation (a held lock keeps its names for as long as it is held, so this stays small).
+/// Redisson's prefix rule, byte for byte: `prefix:NAME` when the name contains `{` anywhere (the
+/// user chose the hash tag), `prefix:{NAME}` otherwise, so every derived key shares its slot.
+///
+/// ```
+/// use fairlock::keys::{derived, LATCH_PREFIX};
+///
+/// assert_eq!(derived(LATCH_PREFIX, "orders:42"), "redisson_unlock_latch:{orders:42}");
+/// assert_eq!(derived(LATCH_PREFIX, "{user1}:cart"), "redisson_unlock_latch:{user1}:cart");
+/// ```
+pub fn derived(prefix: &str, name: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + name.len() + 3);
+    push_derived(&mut out, prefix, name);
+    out
+}
+
+/// Every Redis name one lock uses: its owner hash, release channel, waiter queue, deadline set,
+/// fencing counter and liveness set. Derived once (the library keeps one per handle, back to back
+/// in one allocation, since a held lock keeps its names for as long as it is held).
+///
+/// ```
+/// use fairlock::keys::LockKeys;
+///
+/// let k = LockKeys::new("{user1}:cart");
+/// assert_eq!(k.name(), "{user1}:cart");
+/// assert_eq!(k.channel(), "redisson_lock__channel:{user1}:cart");
+/// assert_eq!(k.liveness(), "fairlock_liveness:{user1}:cart");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LockKeys {
+pub struct LockKeys {
     /// The owner hash name, release channel, queue, deadline set, fencing counter and liveness
     /// set, concatenated.
     buf: Box<str>,
@@ -27,14 +80,15 @@ pub(crate) struct LockKeys {
 }
 
 impl LockKeys {
-    /// Derives the names for `name`. Call [`validate`] first.
-    pub(crate) fn new(name: &str) -> Self {
+    /// Derives the names for `name`. Any name derives; [`check_name`] says whether a client
+    /// can use it.
+    pub fn new(name: &str) -> Self {
         let mut buf = String::with_capacity(6 * name.len() + 112);
         let mut ends = [0u32; 6];
         buf.push_str(name);
         ends[0] = buf.len() as u32;
         for (i, prefix) in [
-            RELEASE_CHANNEL_PREFIX,
+            CHANNEL_PREFIX,
             QUEUE_PREFIX,
             DEADLINES_PREFIX,
             TOKEN_PREFIX,
@@ -58,37 +112,37 @@ impl LockKeys {
     }
 
     /// The owner hash: the lock name itself.
-    pub(crate) fn name(&self) -> &str {
+    pub fn name(&self) -> &str {
         self.part(0)
     }
 
-    /// Release channel; the fair lock's per-waiter channels are this plus `:<owner field>`.
-    pub(crate) fn channel(&self) -> &str {
+    /// The release channel; a fair lock's per-waiter channels are this plus `:<owner field>`.
+    pub fn channel(&self) -> &str {
         self.part(1)
     }
 
-    /// Fair waiter queue (list).
-    pub(crate) fn queue(&self) -> &str {
+    /// The fair waiter queue (a list of owner fields).
+    pub fn queue(&self) -> &str {
         self.part(2)
     }
 
-    /// Fair waiter deadlines (sorted set).
-    pub(crate) fn deadlines(&self) -> &str {
+    /// The fair waiter deadlines (a sorted set).
+    pub fn deadlines(&self) -> &str {
         self.part(3)
     }
 
-    /// Fencing token counter.
-    pub(crate) fn token(&self) -> &str {
+    /// The fencing token counter.
+    pub fn token(&self) -> &str {
         self.part(4)
     }
 
     /// fairlock's own liveness marks of its fair waiters (sorted set; PROTOCOL 7).
-    pub(crate) fn liveness(&self) -> &str {
+    pub fn liveness(&self) -> &str {
         self.part(5)
     }
 
-    /// The per-waiter channel of a fair waiter (PROTOCOL 1).
-    pub(crate) fn waiter_channel(&self, field: &str) -> String {
+    /// The channel of one fair waiter: the release channel, `:`, its owner field.
+    pub fn waiter_channel(&self, field: &str) -> String {
         format!("{}:{}", self.channel(), field)
     }
 }
@@ -109,7 +163,14 @@ fn push_derived(buf: &mut String, prefix: &str, name: &str) {
 
 /// The hash tag Redis Cluster would use for `key`, if any: the bytes between the first `{` and the
 /// first `}` after it, when that is not empty.
-pub(crate) fn hash_tag(key: &str) -> Option<&str> {
+///
+/// ```
+/// use fairlock::keys::hash_tag;
+///
+/// assert_eq!(hash_tag("{user1000}.following"), Some("user1000"));
+/// assert_eq!(hash_tag("foo{}{bar}"), None);
+/// ```
+pub fn hash_tag(key: &str) -> Option<&str> {
     let open = key.find('{')?;
     let rest = &key[open + 1..];
     let close = rest.find('}')?;
@@ -118,7 +179,11 @@ pub(crate) fn hash_tag(key: &str) -> Option<&str> {
 
 /// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag, or of the whole key when it
 /// has none, modulo 16384.
-pub(crate) fn slot(key: &str) -> u16 {
+///
+/// ```
+/// assert_eq!(fairlock::keys::slot("{user1000}.following"), fairlock::keys::slot("user1000"));
+/// ```
+pub fn slot(key: &str) -> u16 {
     let hashed = hash_tag(key).unwrap_or(key);
     crc16(hashed.as_bytes()) & 0x3fff
 }
@@ -139,16 +204,55 @@ fn crc16(bytes: &[u8]) -> u16 {
     crc
 }
 
-/// Checks a lock name. `cluster` adds the rule that every key derived from the name lands in
-/// the name's own slot: Redisson's prefix rule only guarantees that for names without braces, or
-/// with a proper hash tag; a name like `a{b` (no tag) or `x}y` (the brace the rule adds closes
-/// early) would spread one lock over several slots (CROSSSLOT).
-pub(crate) fn validate(name: &str, cluster: bool) -> Result<()> {
+/// Why a lock name cannot be used (see [`check_name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NameProblem {
+    /// The name is empty.
+    Empty,
+    /// In cluster mode, some key derived from the name would land in another slot than the name
+    /// itself (CROSSSLOT).
+    CrossSlot,
+}
+
+impl NameProblem {
+    /// The problem in words (the reason of [`Error::InvalidName`]).
+    pub fn reason(self) -> &'static str {
+        match self {
+            NameProblem::Empty => "a lock name must not be empty",
+            NameProblem::CrossSlot => {
+                "in cluster mode the name's keys must share one slot: use a name without braces, \
+                 or one with a non-empty hash tag like {tag}"
+            }
+        }
+    }
+}
+
+impl fmt::Display for NameProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.reason())
+    }
+}
+
+impl std::error::Error for NameProblem {}
+
+/// Checks a lock name, as every client call does before touching Redis. `cluster` adds the rule
+/// that every key derived from the name lands in the name's own slot: Redisson's prefix rule only
+/// guarantees that for names without braces, or with a proper hash tag; a name like `a{b` (no
+/// tag) or `x}y` (the brace the rule adds closes early) would spread one lock over several slots.
+///
+/// ```
+/// use fairlock::keys::{check_name, NameProblem};
+///
+/// assert_eq!(check_name("orders:42", true), Ok(()));
+/// assert_eq!(check_name("{orders}:42", true), Ok(()));
+/// assert_eq!(check_name("a{b", false), Ok(()));
+/// assert_eq!(check_name("a{b", true), Err(NameProblem::CrossSlot));
+/// assert_eq!(check_name("", false), Err(NameProblem::Empty));
+/// ```
+pub fn check_name(name: &str, cluster: bool) -> std::result::Result<(), NameProblem> {
     if name.is_empty() {
-        return Err(Error::InvalidName {
-            name: name.to_owned(),
-            reason: "a lock name must not be empty",
-        });
+        return Err(NameProblem::Empty);
     }
     if cluster {
         let keys = LockKeys::new(name);
@@ -161,14 +265,121 @@ pub(crate) fn validate(name: &str, cluster: bool) -> Result<()> {
             keys.liveness(),
         ];
         if derived.iter().any(|key| slot(key) != home) {
-            return Err(Error::InvalidName {
-                name: name.to_owned(),
-                reason: "in cluster mode the name's keys must share one slot: use a name without \
-                         braces, or one with a non-empty hash tag like {tag}",
-            });
+            return Err(NameProblem::CrossSlot);
         }
     }
     Ok(())
+}
+
+/// [`check_name`] as the library's error.
+pub(crate) fn validate(name: &str, cluster: bool) -> Result<()> {
+    check_name(name, cluster).map_err(|problem| Error::InvalidName {
+        name: name.to_owned(),
+        reason: problem.reason(),
+    })
+}
+
+/// Which derived key of a lock a key is (see [`parse_derived`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum DerivedKey {
+    /// The fair waiter queue, [`QUEUE_PREFIX`].
+    Queue,
+    /// The fair waiter deadlines, [`DEADLINES_PREFIX`].
+    Deadlines,
+    /// fairlock's liveness marks, [`LIVENESS_PREFIX`].
+    Liveness,
+    /// The fencing counter, [`TOKEN_PREFIX`].
+    Token,
+    /// One of Redisson's unlock latches, [`LATCH_PREFIX`].
+    Latch,
+}
+
+/// The lock name and kind of a derived key (`redisson_lock_queue:{orders}` is the queue of
+/// `orders`), or `None` for any other key. `{NAME}` is read as the braces of the prefix rule: a
+/// lock named `x` and one named `{x}` share every derived key in Redisson's layout, so they cannot
+/// be told apart here either.
+///
+/// ```
+/// use fairlock::keys::{parse_derived, DerivedKey};
+///
+/// assert_eq!(
+///     parse_derived("redisson_lock_queue:{orders}"),
+///     Some(("orders", DerivedKey::Queue))
+/// );
+/// assert_eq!(
+///     parse_derived("redisson_unlock_latch:{t}x:0a1b2c"),
+///     Some(("{t}x", DerivedKey::Latch))
+/// );
+/// assert_eq!(parse_derived("orders"), None);
+/// ```
+pub fn parse_derived(key: &str) -> Option<(&str, DerivedKey)> {
+    for (prefix, kind) in [
+        (QUEUE_PREFIX, DerivedKey::Queue),
+        (DEADLINES_PREFIX, DerivedKey::Deadlines),
+        (LIVENESS_PREFIX, DerivedKey::Liveness),
+        (TOKEN_PREFIX, DerivedKey::Token),
+        (LATCH_PREFIX, DerivedKey::Latch),
+    ] {
+        let Some(rest) = key.strip_prefix(prefix).and_then(|r| r.strip_prefix(':')) else {
+            continue;
+        };
+        let rest = if kind == DerivedKey::Latch {
+            // `<derived>:<request id>`; Redisson's request ids are hex, without a colon.
+            rest.rsplit_once(':')?.0
+        } else {
+            rest
+        };
+        let name = match rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+            Some(inner) if !inner.contains('{') => inner,
+            _ => rest,
+        };
+        if name.is_empty() {
+            return None;
+        }
+        return Some((name, kind));
+    }
+    None
+}
+
+/// Splits an owner field `<client id>:<holder id>` (PROTOCOL 2) at its last colon: the client
+/// id, and the holder id when it is a number.
+///
+/// ```
+/// use fairlock::keys::split_field;
+///
+/// assert_eq!(split_field("6c1b4f5e-0d0a-4c1e-9a51-5b8f8e0f2a11:57").1, Some(57));
+/// assert_eq!(split_field("c:x"), ("c", None));
+/// assert_eq!(split_field("c"), ("c", None));
+/// ```
+pub fn split_field(field: &str) -> (&str, Option<i64>) {
+    match field.rsplit_once(':') {
+        Some((client, holder)) => (client, holder.parse().ok()),
+        None => (field, None),
+    }
+}
+
+/// Whether a hash field has the shape of an owner field as Redisson and fairlock write them: a
+/// UUID (8-4-4-4-12 hex digits), a colon, a signed integer.
+///
+/// ```
+/// use fairlock::keys::looks_like_owner_field;
+///
+/// assert!(looks_like_owner_field("6c1b4f5e-0d0a-4c1e-9a51-5b8f8e0f2a11:-3"));
+/// assert!(!looks_like_owner_field("page:1"));
+/// ```
+pub fn looks_like_owner_field(field: &str) -> bool {
+    matches!(split_field(field), (client, Some(_)) if looks_like_uuid(client))
+}
+
+/// Whether `s` has the shape of a UUID, as Redisson's and fairlock's client ids do.
+fn looks_like_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// Which Redisson layout a lock uses.
@@ -283,6 +494,41 @@ mod tests {
         ));
         assert!(validate("x}y", false).is_ok());
         assert!(validate("{t}x}y", true).is_ok());
+    }
+
+    #[test]
+    fn derived_keys_parse_back() {
+        for name in ["orders:42", "{t}x", "a*b", "x}y"] {
+            let k = LockKeys::new(name);
+            for (key, kind) in [
+                (k.queue(), DerivedKey::Queue),
+                (k.deadlines(), DerivedKey::Deadlines),
+                (k.liveness(), DerivedKey::Liveness),
+                (k.token(), DerivedKey::Token),
+            ] {
+                assert_eq!(parse_derived(key), Some((name, kind)), "{key}");
+            }
+            let latch = format!("{}:0a1b2c", derived(LATCH_PREFIX, name));
+            assert_eq!(parse_derived(&latch), Some((name, DerivedKey::Latch)));
+        }
+        assert_eq!(parse_derived("orders:42"), None);
+        assert_eq!(parse_derived("redisson_lock_queue:"), None);
+    }
+
+    #[test]
+    fn owner_fields() {
+        assert!(looks_like_owner_field(
+            "6c1b4f5e-0d0a-4c1e-9a51-5b8f8e0f2a11:57"
+        ));
+        assert!(looks_like_owner_field(
+            "6c1b4f5e-0d0a-4c1e-9a51-5b8f8e0f2a11:-3"
+        ));
+        assert!(!looks_like_owner_field("page:1"));
+        assert!(!looks_like_owner_field(
+            "6c1b4f5e-0d0a-4c1e-9a51-5b8f8e0f2a11:x"
+        ));
+        assert_eq!(split_field("c:7"), ("c", Some(7)));
+        assert_eq!(split_field("c"), ("c", None));
     }
 
     #[test]

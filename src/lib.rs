@@ -57,7 +57,8 @@
 //! # let _ = token; Ok(()) }
 //! ```
 //!
-//! The wire protocol (keys, fields, channels, messages) is Redisson's; the repository's
+//! The wire protocol (keys, fields, channels, messages) is Redisson's; [`keys`] derives every key
+//! and channel name of a lock, for tools that look at locks from the outside. The repository's
 //! `docs/PROTOCOL.md` says exactly what is shared with Java clients and what fairlock does beyond
 //! it, and `docs/ARCHITECTURE.md` how the crate is put together.
 
@@ -81,7 +82,7 @@ mod guard;
 mod handle;
 mod held;
 mod holder;
-mod keys;
+pub mod keys;
 mod lane;
 mod lock;
 mod metrics;
@@ -107,4 +108,4 @@ pub use fair::FairLock;
 pub use guard::{LockGuard, LostReason};
 pub use lock::Lock;
 pub use redlock::{RedLock, RedLockGuard};
-pub use state::{LockState, Owner, QueuedWaiter};
+pub use state::{DeadReason, LockState, Owner, QueuedWaiter};

@@ -2,8 +2,16 @@
 //!
 //! It must never judge a fairlock waiter by its deadline in the zset (Redisson clients shift it):
 //! fairlock's waiters are judged by their liveness marks, as the scripts judge them.
+//!
+//! The rule for "this waiter looks dead" is written here once, in `judge`, for the library's
+//! `QueuedWaiter::alive` and for every tool that reads locks from the outside (the `fairlock`
+//! command-line tool calls [`QueuedWaiter::dead_reason`]). The scripts that act on that judgement
+//! atomically keep their own Lua copy: `lua/fair_prologue.lua` (`purge_stale_head`, the library's
+//! rule) and the CLI's `cli/lua/cli_prologue.lua` (`dead_reason`, this rule with its codes).
 
 use std::time::Duration;
+
+use crate::keys;
 
 /// What `state.lua` returns, before decoding.
 pub(crate) struct RawState {
@@ -51,8 +59,9 @@ impl LockState {
                     let deadline_ms = (deadline >= 0).then_some(deadline);
                     let alive_until_ms = (alive_until >= 0).then_some(alive_until);
                     // A fairlock waiter is judged by its liveness mark, any other by its deadline
-                    // (PROTOCOL 7), as the purge in every fair script does.
-                    let judged_by = alive_until_ms.or(deadline_ms);
+                    // (PROTOCOL 7), as the purge in every fair script does; the snapshot alone
+                    // cannot tell a fairlock client without a mark.
+                    let alive = judge(deadline_ms, alive_until_ms, false, raw.now_ms).is_none();
                     QueuedWaiter {
                         field,
                         deadline_ms,
@@ -60,7 +69,7 @@ impl LockState {
                             Duration::from_millis(d.saturating_sub(raw.now_ms).max(0) as u64)
                         }),
                         alive_until_ms,
-                        alive: judged_by.is_some_and(|t| t > raw.now_ms),
+                        alive,
                     }
                 })
                 .collect(),
@@ -82,12 +91,12 @@ pub struct Owner {
 impl Owner {
     /// The client-instance part of the field (everything before the last `:`).
     pub fn client_id(&self) -> &str {
-        self.field.rsplit_once(':').map_or(&self.field, |(c, _)| c)
+        keys::split_field(&self.field).0
     }
 
     /// The holder id (after the last `:`), when it is a number.
     pub fn holder_id(&self) -> Option<i64> {
-        self.field.rsplit_once(':')?.1.parse().ok()
+        keys::split_field(&self.field).1
     }
 }
 
@@ -106,8 +115,9 @@ pub struct QueuedWaiter {
     /// (a Redisson one), which is judged by its deadline alone.
     pub alive_until_ms: Option<i64>,
     /// Whether the waiter looked alive at the snapshot: its liveness mark (fairlock) or its
-    /// deadline (others) had not passed. The next fair script that finds a dead waiter at the
-    /// head of the queue removes it.
+    /// deadline (others) had not passed, that is
+    /// [`dead_reason(server_time_ms, false)`](QueuedWaiter::dead_reason) is `None`. The next fair
+    /// script that finds a dead waiter at the head of the queue removes it.
     pub alive: bool,
 }
 
@@ -115,6 +125,91 @@ impl QueuedWaiter {
     /// Whether the waiter is one of fairlock's (it has a liveness mark).
     pub fn is_fairlock(&self) -> bool {
         self.alive_until_ms.is_some()
+    }
+
+    /// Why the waiter looks dead at `now_ms` (server clock, epoch milliseconds), or `None` while
+    /// it looks alive. In this order:
+    ///
+    /// 1. it has a liveness mark (a fairlock waiter): dead once the mark is not in the future
+    ///    ([`DeadReason::LivenessLapsed`]), whatever its deadline says (Redisson clients shift
+    ///    those);
+    /// 2. it has no mark, but `fairlock_client` says its client id is that of a fairlock client
+    ///    (one with a mark on this lock for another waiter): dead
+    ///    ([`DeadReason::LivenessMissing`]), since a queued fairlock waiter keeps a mark;
+    /// 3. otherwise (a Redisson waiter): dead when it has no deadline
+    ///    ([`DeadReason::NoDeadline`]) or its deadline is not in the future
+    ///    ([`DeadReason::DeadlinePassed`]).
+    ///
+    /// [`alive`](QueuedWaiter::alive) is this with `fairlock_client = false` at the snapshot's
+    /// server time: the snapshot alone cannot tell a fairlock client without a mark.
+    ///
+    /// The `fairlock` command-line tool reports with this rule and acts on it atomically in its
+    /// scripts, whose one Lua copy of it is `dead_reason` in the repository's
+    /// `cli/lua/cli_prologue.lua` (same order, same codes): change both together.
+    ///
+    /// ```
+    /// # fn demo(state: fairlock::LockState) {
+    /// for w in &state.queue {
+    ///     if let Some(reason) = w.dead_reason(state.server_time_ms, false) {
+    ///         eprintln!("{} looks dead: {}", w.field, reason.code());
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn dead_reason(&self, now_ms: i64, fairlock_client: bool) -> Option<DeadReason> {
+        judge(
+            self.deadline_ms,
+            self.alive_until_ms,
+            fairlock_client,
+            now_ms,
+        )
+    }
+}
+
+/// Why a queued waiter looks dead (see [`QueuedWaiter::dead_reason`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DeadReason {
+    /// A fairlock waiter whose liveness mark is not in the future.
+    LivenessLapsed,
+    /// A waiter without a liveness mark whose client is known to be a fairlock client.
+    LivenessMissing,
+    /// A waiter without a liveness mark or a deadline.
+    NoDeadline,
+    /// A waiter without a liveness mark whose deadline is not in the future.
+    DeadlinePassed,
+}
+
+impl DeadReason {
+    /// A stable code: `liveness_lapsed`, `liveness_missing`, `no_deadline` or `deadline_passed`
+    /// (the codes the `fairlock` tool prints and its scripts return).
+    pub fn code(self) -> &'static str {
+        match self {
+            DeadReason::LivenessLapsed => "liveness_lapsed",
+            DeadReason::LivenessMissing => "liveness_missing",
+            DeadReason::NoDeadline => "no_deadline",
+            DeadReason::DeadlinePassed => "deadline_passed",
+        }
+    }
+}
+
+/// The one "looks dead" rule (documented on [`QueuedWaiter::dead_reason`]).
+fn judge(
+    deadline_ms: Option<i64>,
+    alive_until_ms: Option<i64>,
+    fairlock_client: bool,
+    now_ms: i64,
+) -> Option<DeadReason> {
+    if let Some(mark) = alive_until_ms {
+        return (mark <= now_ms).then_some(DeadReason::LivenessLapsed);
+    }
+    if fairlock_client {
+        return Some(DeadReason::LivenessMissing);
+    }
+    match deadline_ms {
+        None => Some(DeadReason::NoDeadline),
+        Some(d) if d <= now_ms => Some(DeadReason::DeadlinePassed),
+        Some(_) => None,
     }
 }
 
@@ -155,5 +250,23 @@ mod tests {
         });
         assert!(!free.is_locked());
         assert_eq!(free.ttl, None);
+    }
+
+    #[test]
+    fn waiters_are_judged_by_mark_then_client_then_deadline() {
+        use DeadReason::*;
+        // A mark decides alone, whatever the deadline or the client says.
+        assert_eq!(judge(Some(10), Some(200), true, 100), None);
+        assert_eq!(
+            judge(Some(999), Some(100), false, 100),
+            Some(LivenessLapsed)
+        );
+        // No mark, but a fairlock client: dead.
+        assert_eq!(judge(Some(999), None, true, 100), Some(LivenessMissing));
+        // Others by their deadline.
+        assert_eq!(judge(Some(101), None, false, 100), None);
+        assert_eq!(judge(Some(100), None, false, 100), Some(DeadlinePassed));
+        assert_eq!(judge(None, None, false, 100), Some(NoDeadline));
+        assert_eq!(LivenessMissing.code(), "liveness_missing");
     }
 }

@@ -13,12 +13,12 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::IsTerminal;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use fairlock::keys::LockKeys;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::connect::Session;
 use crate::error::Failure;
-use crate::keys::LockKeys;
 use crate::listen::{Listener, Notice};
 use crate::output::{self, Out};
 use crate::snapshot::{self, Latches, OwnerView, Snapshot};
@@ -33,7 +33,7 @@ const FOLLOW_UPS: [Duration; 2] = [Duration::from_millis(100), Duration::from_mi
 const RECENT_EVENTS: usize = 10;
 const SAMPLES: usize = 60;
 
-/// One line of `--json` output. Which fields appear depends on `event` (docs/CLI.md).
+/// One line of `--json` output. Which fields appear depends on `event` (README.md).
 #[derive(Debug, Clone, Serialize)]
 pub struct Event {
     pub event: &'static str,
@@ -94,7 +94,7 @@ impl Event {
     }
 
     fn with_field(mut self, field: &str) -> Event {
-        let (client, holder) = crate::keys::split_field(field);
+        let (client, holder) = fairlock::keys::split_field(field);
         self.field = Some(field.to_owned());
         self.client_id = Some(client.to_owned());
         self.holder_id = holder;

@@ -1,16 +1,18 @@
 //! Reading one lock: the library's atomic `state()` (owners, TTL, queue with deadlines and
 //! liveness marks, server time) plus the raw facts around it (which keys exist, their types
 //! and TTLs, the fencing counter, unlock latches), then judging each waiter and finding orphans.
-//! The structs here are also the `--json` schema (docs/CLI.md); renaming a field breaks users.
+//! The structs here are also the `--json` schema (README.md); renaming a field breaks users.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
+use fairlock::keys::{self, DerivedKey, LockKeys};
+use fairlock::DeadReason;
 use serde::Serialize;
 
 use crate::connect::{Node, Raw, Session};
 use crate::error::Failure;
-use crate::keys::{self, LockKeys, Role};
+use crate::glob;
 use crate::output::{self, Table};
 
 /// A lock as the tool sees it at one moment.
@@ -90,29 +92,48 @@ pub enum Latches {
     Known(Vec<(String, i64)>),
 }
 
-/// Why a waiter looks dead at `now` (docs/CLI.md "What looks dead"; the same rules as
-/// `lua/cli_prologue.lua`), or `None` while it looks alive.
-pub fn dead_reason(
-    field: &str,
-    deadline_ms: Option<i64>,
-    mark_ms: Option<i64>,
-    fairlock_clients: &HashSet<String>,
-    now: i64,
-) -> Option<&'static str> {
-    if let Some(mark) = mark_ms {
-        return (mark <= now).then_some("liveness_lapsed");
-    }
-    if fairlock_clients.contains(keys::split_field(field).0) {
-        return Some("liveness_missing");
-    }
-    match deadline_ms {
-        None => Some("no_deadline"),
-        Some(d) if d <= now => Some("deadline_passed"),
-        Some(_) => None,
+/// What kind of lock key a key is: the owner hash, or one of the derived keys the library names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    Lock,
+    Queue,
+    Deadlines,
+    Liveness,
+    Token,
+    Latch,
+}
+
+impl Role {
+    /// The role's name in the output (`--json` `keys[].role`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Lock => "lock",
+            Role::Queue => "queue",
+            Role::Deadlines => "deadlines",
+            Role::Liveness => "liveness",
+            Role::Token => "fencing",
+            Role::Latch => "latch",
+        }
     }
 }
 
-/// The reason codes in words.
+/// The lock name and role of a derived key, by the library's [`keys::parse_derived`], or `None`
+/// for any other key.
+pub fn parse_derived(key: &str) -> Option<(String, Role)> {
+    let (name, kind) = keys::parse_derived(key)?;
+    let role = match kind {
+        DerivedKey::Queue => Role::Queue,
+        DerivedKey::Deadlines => Role::Deadlines,
+        DerivedKey::Liveness => Role::Liveness,
+        DerivedKey::Token => Role::Token,
+        DerivedKey::Latch => Role::Latch,
+        // A key this version of the tool does not know.
+        _ => return None,
+    };
+    Some((name.to_owned(), role))
+}
+
+/// The reason codes ([`DeadReason::code`]; the CLI's scripts return the same) in words.
 pub fn reason_text(code: &str) -> &'static str {
     match code {
         "liveness_lapsed" => "liveness mark lapsed",
@@ -141,11 +162,11 @@ pub async fn read(
 ) -> Result<Snapshot, Failure> {
     let keys = LockKeys::new(name);
     let roles = [
-        (Role::Lock, keys.name.clone()),
-        (Role::Queue, keys.queue.clone()),
-        (Role::Deadlines, keys.deadlines.clone()),
-        (Role::Liveness, keys.liveness.clone()),
-        (Role::Token, keys.token.clone()),
+        (Role::Lock, keys.name().to_owned()),
+        (Role::Queue, keys.queue().to_owned()),
+        (Role::Deadlines, keys.deadlines().to_owned()),
+        (Role::Liveness, keys.liveness().to_owned()),
+        (Role::Token, keys.token().to_owned()),
     ];
     let mut pipe = redis::pipe();
     for (_, key) in &roles {
@@ -177,13 +198,13 @@ pub async fn read(
     if type_of(Role::Token) == Some("string") {
         let raw: Option<String> = session
             .raw
-            .query(redis::cmd("GET").arg(&keys.token))
+            .query(redis::cmd("GET").arg(keys.token()))
             .await
             .map_err(|e| Failure::redis("cannot read the fencing counter", e))?;
         match raw.as_deref().map(str::parse::<i64>) {
             Some(Ok(token)) => fencing_token = Some(token),
             Some(Err(_)) => orphans.push(Orphan {
-                key: keys.token.clone(),
+                key: keys.token().to_owned(),
                 problem: "bad_fencing_counter",
                 detail: "fencing counter is not an integer".into(),
             }),
@@ -195,7 +216,7 @@ pub async fn read(
     if type_of(Role::Liveness) == Some("zset") {
         let members: Vec<String> = session
             .raw
-            .query(redis::cmd("ZRANGE").arg(&keys.liveness).arg(0).arg(9_999))
+            .query(redis::cmd("ZRANGE").arg(keys.liveness()).arg(0).arg(9_999))
             .await
             .map_err(|e| Failure::redis("cannot read the liveness set", e))?;
         for m in members {
@@ -246,13 +267,11 @@ pub async fn read(
         .enumerate()
         .map(|(i, w)| {
             let (client, holder) = keys::split_field(&w.field);
-            let reason = dead_reason(
-                &w.field,
-                w.deadline_ms,
-                w.alive_until_ms,
-                &fairlock_clients,
-                now,
-            );
+            // The library's rule, with what the tool knows beyond the snapshot: which clients
+            // are fairlock's (the same rule as `dead_reason` in cli/lua/cli_prologue.lua).
+            let reason = w
+                .dead_reason(now, fairlock_clients.contains(client))
+                .map(DeadReason::code);
             WaiterView {
                 position: i + 1,
                 field: w.field.clone(),
@@ -329,7 +348,7 @@ pub async fn read(
     let latches = match latches {
         Latches::Skip => Vec::new(),
         Latches::Known(found) => found,
-        Latches::Search => find_latches(session, &keys).await?,
+        Latches::Search => find_latches(session, name).await?,
     };
     for (key, pttl) in latches {
         if pttl == -1 {
@@ -388,15 +407,12 @@ pub async fn server_time(raw: &mut Raw) -> Result<i64, Failure> {
 
 /// Redisson unlock latches of one lock, with their PTTLs. On a cluster they share the lock's
 /// slot, so `CLUSTER GETKEYSINSLOT` (bounded) finds them; elsewhere a paced `SCAN MATCH`.
-async fn find_latches(
-    session: &mut Session,
-    keys: &LockKeys,
-) -> Result<Vec<(String, i64)>, Failure> {
-    let pattern = keys.latch_pattern();
+async fn find_latches(session: &mut Session, name: &str) -> Result<Vec<(String, i64)>, Failure> {
+    let pattern = glob::latch_pattern(name);
     let fail = |e: redis::RedisError| Failure::redis("cannot look for unlock latches", e);
     let mut found: Vec<String> = Vec::new();
     if session.is_cluster() {
-        let slot = keys::slot(&keys.name);
+        let slot = keys::slot(name);
         let node = Node {
             addr: String::new(),
             slot,
@@ -415,7 +431,7 @@ async fn find_latches(
         found.extend(
             in_slot
                 .into_iter()
-                .filter(|k| keys::glob_match(&pattern, k)),
+                .filter(|k| glob::glob_match(&pattern, k)),
         );
     } else {
         let node = Node {
@@ -600,33 +616,6 @@ pub fn render(s: &Snapshot, limit: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn waiters_are_judged_by_mark_then_client_then_deadline() {
-        let mut known = HashSet::new();
-        known.insert("aaaa".to_owned());
-        // A mark decides alone, whatever the deadline says.
-        assert_eq!(dead_reason("x:1", Some(10), Some(200), &known, 100), None);
-        assert_eq!(
-            dead_reason("x:1", Some(999), Some(100), &known, 100),
-            Some("liveness_lapsed")
-        );
-        // No mark, but a fairlock client: dead.
-        assert_eq!(
-            dead_reason("aaaa:2", Some(999), None, &known, 100),
-            Some("liveness_missing")
-        );
-        // Others by their deadline.
-        assert_eq!(dead_reason("b:3", Some(101), None, &known, 100), None);
-        assert_eq!(
-            dead_reason("b:3", Some(100), None, &known, 100),
-            Some("deadline_passed")
-        );
-        assert_eq!(
-            dead_reason("b:3", None, None, &known, 100),
-            Some("no_deadline")
-        );
-    }
 
     #[test]
     fn short_fields() {

@@ -4,13 +4,14 @@
 
 use std::time::Duration;
 
+use fairlock::keys::LockKeys;
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 
 use crate::connect::{Session, Target};
 use crate::error::Failure;
-use crate::keys::LockKeys;
+use crate::glob;
 use crate::snapshot::Snapshot;
 
 /// Pause before a lost subscription is made again.
@@ -61,13 +62,13 @@ impl Listener {
         let mut conn = session.target.cluster_subscriber(push_tx).await?;
         let fail = |e: redis::RedisError| Failure::redis("cannot subscribe", e);
         if session.classic {
-            conn.subscribe(&keys.channel).await.map_err(fail)?;
-            conn.psubscribe(keys.waiter_channel_pattern())
+            conn.subscribe(keys.channel()).await.map_err(fail)?;
+            conn.psubscribe(glob::waiter_channel_pattern(keys))
                 .await
                 .map_err(fail)?;
         }
         if session.sharded {
-            conn.ssubscribe(&keys.channel).await.map_err(fail)?;
+            conn.ssubscribe(keys.channel()).await.map_err(fail)?;
         }
         let forward = tokio::spawn(async move {
             while let Some(push) = push_rx.recv().await {
@@ -135,9 +136,9 @@ async fn subscribe_server(target: &Target, keys: &LockKeys) -> Result<redis::aio
         .await
         .map_err(|_| Failure::Redis("cannot subscribe: connecting timed out".into()))?
         .map_err(fail)?;
-    pubsub.subscribe(&keys.channel).await.map_err(fail)?;
+    pubsub.subscribe(keys.channel()).await.map_err(fail)?;
     pubsub
-        .psubscribe(keys.waiter_channel_pattern())
+        .psubscribe(glob::waiter_channel_pattern(keys))
         .await
         .map_err(fail)?;
     Ok(pubsub)

@@ -1,9 +1,10 @@
 //! The command line (clap derive). Connection options are global: they may stand before or
-//! after the command. docs/CLI.md documents every option.
+//! after the command. The crate's README.md documents every option.
 
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use fairlock::keys::{self, NameProblem};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -11,7 +12,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     version,
     about = "Inspect and operate fair and plain Redis locks (fairlock and Redisson RLock / RFairLock)",
     after_help = "Exit codes: 0 ok, 1 no such lock, 2 bad usage or input, 3 Redis error, \
-                  4 confirmation declined. See docs/CLI.md."
+                  4 confirmation declined. See the README of the fairlock-cli crate."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -168,6 +169,20 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Why a lock name cannot be used on this deployment, in the tool's words, or `None`. The rule
+/// is the library's ([`keys::check_name`]): on a cluster every key of the lock must share the
+/// slot of the name.
+pub fn invalid_name(name: &str, cluster: bool) -> Option<String> {
+    match keys::check_name(name, cluster) {
+        Ok(()) => None,
+        Err(NameProblem::CrossSlot) => Some(format!(
+            "lock name {name:?} cannot be used on a cluster: its keys would land in different \
+             slots; a name containing '{{' needs a non-empty hash tag such as {{orders}}:42"
+        )),
+        Err(problem) => Some(problem.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,5 +227,18 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.conn.sentinel.unwrap()[0], "mymaster");
+    }
+
+    #[test]
+    fn names_are_checked_by_the_library_rule() {
+        assert_eq!(
+            invalid_name("", false).as_deref(),
+            Some("a lock name must not be empty")
+        );
+        assert!(invalid_name("a{b", false).is_none());
+        assert!(invalid_name("a{b", true).unwrap().contains("hash tag"));
+        assert!(invalid_name("x}y", true).is_some());
+        assert!(invalid_name("{t}x}y", true).is_none());
+        assert!(invalid_name("plain", true).is_none());
     }
 }

@@ -8,9 +8,9 @@ use redis::Script;
 macro_rules! cli_script {
     ($file:literal) => {
         concat!(
-            include_str!("../../../lua/cli_prologue.lua"),
+            include_str!("../lua/cli_prologue.lua"),
             "\n",
-            include_str!(concat!("../../../lua/", $file))
+            include_str!(concat!("../lua/", $file))
         )
     };
 }

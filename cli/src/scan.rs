@@ -10,13 +10,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use fairlock::keys;
 use serde::Serialize;
 
+use crate::args::invalid_name;
 use crate::connect::{Node, Session};
 use crate::error::Failure;
-use crate::keys::{self, Role};
+use crate::glob;
 use crate::output::{self, Out, Table};
-use crate::snapshot::{self, KeyView, Latches, Orphan, Snapshot};
+use crate::snapshot::{self, parse_derived, KeyView, Latches, Orphan, Role, Snapshot};
 
 /// A hash with more fields than this is not taken for a lock.
 const MAX_LOCK_FIELDS: i64 = 8;
@@ -174,13 +176,13 @@ impl Scanner<'_> {
         let mut cursor = 0;
         loop {
             let (next, batch) = self
-                .scan_call(node, cursor, keys::DERIVED_MATCH, false)
+                .scan_call(node, cursor, glob::DERIVED_MATCH, false)
                 .await?;
             for key in batch {
-                let Some((name, role)) = keys::parse_derived(&key) else {
+                let Some((name, role)) = parse_derived(&key) else {
                     continue;
                 };
-                if !keys::glob_match(&self.opts.pattern, &name) {
+                if !glob::glob_match(&self.opts.pattern, &name) {
                     continue;
                 }
                 let found = self.found.entry(name).or_default();
@@ -241,7 +243,7 @@ pub async fn run(session: &mut Session, opts: Options, json: bool) -> Result<(),
         if locks.len() as u64 >= opts.limit {
             break;
         }
-        if keys::invalid_name(&name, session.is_cluster()).is_some() {
+        if invalid_name(&name, session.is_cluster()).is_some() {
             locks.push(unusable(session, &name, &f).await?);
             continue;
         }

@@ -4,11 +4,11 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
+use fairlock::keys::{self, LockKeys};
 use serde::Serialize;
 
 use crate::connect::Session;
 use crate::error::Failure;
-use crate::keys::{self, LockKeys};
 use crate::output::{Out, Table};
 use crate::scripts;
 use crate::snapshot::{self, Latches, OwnerView};
@@ -152,11 +152,11 @@ pub async fn force_unlock(
 
     let keys = LockKeys::new(name);
     let mut inv = scripts::FORCE_UNLOCK.prepare_invoke();
-    inv.key(&keys.name)
-        .key(&keys.queue)
-        .key(&keys.deadlines)
-        .key(&keys.liveness)
-        .arg(&keys.channel);
+    inv.key(keys.name())
+        .key(keys.queue())
+        .key(keys.deadlines())
+        .key(keys.liveness())
+        .arg(keys.channel());
     for cmd in &session.publish {
         inv.arg(*cmd);
     }
@@ -181,7 +181,7 @@ pub async fn force_unlock(
             field: head,
             receivers: on_head,
         }),
-        release_channel: keys.channel.clone(),
+        release_channel: keys.channel().to_owned(),
         release_channel_receivers: on_release,
     };
     let out = Out;
@@ -219,11 +219,11 @@ pub async fn force_unlock(
 pub async fn purge_dead(session: &mut Session, name: &str, json: bool) -> Result<(), Failure> {
     let keys = LockKeys::new(name);
     let mut inv = scripts::PURGE_DEAD.prepare_invoke();
-    inv.key(&keys.name)
-        .key(&keys.queue)
-        .key(&keys.deadlines)
-        .key(&keys.liveness)
-        .arg(&keys.channel);
+    inv.key(keys.name())
+        .key(keys.queue())
+        .key(keys.deadlines())
+        .key(keys.liveness())
+        .arg(keys.channel());
     for cmd in &session.publish {
         inv.arg(*cmd);
     }

@@ -9,7 +9,7 @@
 //! fairlock purge-dead NAME     remove the waiters that look dead, wake the new head
 //! ```
 //!
-//! Built with `--features cli`. docs/CLI.md documents options, JSON fields and exit codes.
+//! The crate `fairlock-cli` (`cargo install --path cli`); its README documents options, JSON fields and exit codes.
 //! Every failure is one line on standard error and a documented exit code; nothing panics on
 //! bad input, and a panic (a bug) is reported as one line too, never a backtrace.
 
@@ -17,8 +17,8 @@ mod admin;
 mod args;
 mod connect;
 mod error;
+mod glob;
 mod inspect;
-mod keys;
 mod listen;
 mod output;
 mod scan;
@@ -100,7 +100,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
 async fn run(cli: Cli) -> Result<(), Failure> {
     let target = Target::from_args(&cli.conn)?;
     if let Some(name) = cli.command.lock_name() {
-        if let Some(why) = keys::invalid_name(name, target.is_cluster()) {
+        if let Some(why) = args::invalid_name(name, target.is_cluster()) {
             return Err(Failure::Usage(why));
         }
     }

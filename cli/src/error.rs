@@ -1,4 +1,4 @@
-//! Why a command failed, and the exit code each reason maps to (documented in docs/CLI.md).
+//! Why a command failed, and the exit code each reason maps to (documented in README.md).
 //! Every failure is reported as one line; nothing here panics.
 
 use std::fmt;

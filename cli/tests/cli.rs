@@ -1,4 +1,4 @@
-//! The `fairlock` binary (feature `cli`), run as a real process against real servers: a
+//! The `fairlock` binary (this crate), run as a real process against real servers: a
 //! standalone server, a 6-node cluster and a Sentinel group, with locks held and queued for by
 //! fairlock clients and by a Redisson-protocol peer made of raw commands (as in
 //! tests/fair_interop.rs: HSET/PEXPIRE the owner hash, ZADD/RPUSH a waiter with a client-clock

@@ -1,11 +1,14 @@
--- Helpers shared by the `fairlock` command-line tool's scripts (src/bin/fairlock/scripts.rs joins
--- this file in front of each of them at compile time). Defines local functions only.
+-- Helpers shared by the `fairlock` command-line tool's scripts (cli/src/scripts.rs joins this
+-- file in front of each of them at compile time). Defines local functions only.
 --
 -- Keys of one fair lock (docs/PROTOCOL.md section 1): the owner hash NAME, the waiter queue Q (a
 -- list of owner fields), the deadline zset Z (score: a deadline in epoch ms) and fairlock's
 -- liveness zset L (score: the time by which a fairlock waiter must show life again).
 --
--- How the tool judges a queued waiter (docs/CLI.md, "What looks dead"), using the server clock:
+-- How the tool judges a queued waiter (the crate's README, "What looks dead"), using the server
+-- clock. This is the library's rule, `QueuedWaiter::dead_reason` in src/state.rs, which the tool
+-- uses when it reports; `dead_reason` below is its one Lua copy, because force-unlock and
+-- purge-dead must judge and remove in the same atomic step. Change both together, codes included:
 -- * it has a mark in L (a fairlock waiter): dead once that mark is not in the future, whatever
 --   its score in Z says (Redisson clients shift those scores, PROTOCOL 4 and 7);
 -- * it has no mark, but its client id (the field up to its last ':') is the client id of some
@@ -32,7 +35,8 @@ local function fairlock_clients(liveness)
   return known
 end
 
--- Why `field` looks dead at `now` (a stable code, see docs/CLI.md), or nil while it looks alive.
+-- Why `field` looks dead at `now` (a stable code, `DeadReason::code` in the library), or nil while
+-- it looks alive.
 local function dead_reason(deadlines, liveness, known, field, now)
   local mark = redis.call('ZSCORE', liveness, field)
   if mark then
