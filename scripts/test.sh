@@ -12,15 +12,15 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
-cargo clippy --all-targets --all-features -- -D warnings
+cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo doc"
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 echo "== tests"
 if cargo nextest --version >/dev/null 2>&1; then
   # Tests start their own servers; keep parallelism within what 2 cores can serve.
-  cargo nextest run --all-features --profile ci --no-fail-fast
+  cargo nextest run --workspace --all-features --profile ci --no-fail-fast
   echo "== doc tests"
-  cargo test --doc --all-features
+  cargo test --workspace --doc --all-features
 else
-  cargo test --all-features --no-fail-fast -- --test-threads=2
+  cargo test --workspace --all-features --no-fail-fast -- --test-threads=2
 fi
