@@ -16,8 +16,8 @@ use redis::{Cmd, Pipeline, PushInfo, RedisFuture, Value};
 use tokio::sync::mpsc;
 
 use crate::config::{Config, PubSubMode, Topology};
+use crate::conn::sentinel::SentinelMaster;
 use crate::error::{timed_out, Result};
-use crate::sentinel::SentinelMaster;
 
 /// A cheap-to-clone handle on the client's command connection.
 #[derive(Clone)]

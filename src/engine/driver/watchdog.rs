@@ -24,12 +24,12 @@ use tokio::sync::mpsc;
 
 use super::wheel::TimerHandle;
 use super::{Timer, Timers, Work};
-use crate::batch;
 use crate::conn::Conn;
+use crate::engine::field::Held;
 use crate::error::Result;
-use crate::guard::LostReason;
-use crate::held::Held;
+use crate::lock::guard::LostReason;
 use crate::metrics;
+use crate::ops::batch;
 
 /// The driver's view of one held lock and owner field.
 #[derive(Debug)]

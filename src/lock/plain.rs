@@ -2,9 +2,9 @@
 //!
 //! No logic and no state of its own: every method delegates to the shared handle (`handle.rs`).
 
-use crate::client::Client;
-use crate::handle::Handle;
 use crate::keys::Kind;
+use crate::lock::client::Client;
+use crate::lock::handle::Handle;
 
 /// A non-fair, reentrant distributed lock in Redisson's `RLock` layout: one hash per lock, and a
 /// release message on `redisson_lock__channel:{NAME}` that every waiter listens to.
@@ -38,7 +38,7 @@ impl Lock {
         Lock(Handle::new(client, name, Kind::NonFair))
     }
 
-    crate::handle::lock_methods! {
+    crate::lock::handle::lock_methods! {
         /// The lock's name (also the Redis key of its owner hash).
         fn name;
         /// Acts as holder `id` instead of the current tokio task (see

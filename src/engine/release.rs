@@ -10,11 +10,11 @@
 use std::time::{Duration, Instant};
 
 use crate::conn::Conn;
+use crate::engine::field::{FieldTurn, Held};
 use crate::error::Result;
-use crate::guard::LostReason;
-use crate::held::{FieldTurn, Held};
+use crate::lock::guard::LostReason;
+use crate::ops::retry::retry_backoff;
 use crate::ops::{self, ReleaseArgs, Released, Unlocked};
-use crate::retry::retry_backoff;
 
 /// How many command timeouts a release keeps retrying transient failures for: enough for a
 /// Sentinel or Cluster failover to complete.
@@ -154,7 +154,7 @@ pub(crate) async fn release(
 }
 
 /// The release arguments for `what`, from the account; `None` when there is nothing to send.
-fn plan(a: &crate::held::Account, what: What) -> Option<ReleaseArgs> {
+fn plan(a: &crate::engine::field::Account, what: What) -> Option<ReleaseArgs> {
     let now = Instant::now();
     match what {
         What::Guard { gen } if gen != a.gen => None,
@@ -198,7 +198,7 @@ fn plan(a: &crate::held::Account, what: What) -> Option<ReleaseArgs> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::held::{Account, FixedHold};
+    use crate::engine::field::{Account, FixedHold};
 
     fn account(count: u64, watchdog: u32, fixed: usize) -> Account {
         let now = Instant::now();

@@ -30,11 +30,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::batch::Beat;
 use crate::config::Config;
 use crate::conn::Conn;
+use crate::engine::field::{FieldTurn, Held};
 use crate::error::Result;
-use crate::held::{FieldTurn, Held};
+use crate::ops::batch::Beat;
 use crate::ops::{AcquireArgs, Attempt};
 use watchdog::Watchdog;
 use wheel::{TimerHandle, Wheel};

@@ -45,11 +45,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::client::Inner;
-use crate::driver::drift;
-use crate::guard::LostReason;
+use crate::engine::driver::drift;
+use crate::engine::lane::{Lane, LaneOwner, Turn};
 use crate::keys::LockSpec;
-use crate::lane::{Lane, LaneOwner, Turn};
+use crate::lock::client::Inner;
+use crate::lock::guard::LostReason;
 
 /// A fixed point of the monotonic clock that deadlines are stored relative to.
 fn clock_base() -> Instant {
@@ -410,7 +410,7 @@ impl Drop for Held {
         // (lazily: no task wake-up on the uncontended path, and no I/O here).
         self.inner
             .driver
-            .send_lazy(crate::driver::Work::Forget { id: self.id });
+            .send_lazy(crate::engine::driver::Work::Forget { id: self.id });
     }
 }
 

@@ -10,12 +10,12 @@
 use std::sync::Arc;
 
 use super::AttemptFuture;
+use crate::engine::field::Held;
+use crate::engine::release::What;
 use crate::error::Result;
-use crate::guard::release_logged;
-use crate::held::Held;
 use crate::keys::{Kind, LockSpec};
+use crate::lock::guard::release_logged;
 use crate::ops::{self, AcquireArgs, Attempt, Mode};
-use crate::release::What;
 
 /// Runs an abandoned attempt to its end and settles its outcome, in its own task.
 pub(super) fn abandoned_in_background(attempt: AttemptFuture, held: Arc<Held>, args: AcquireArgs) {

@@ -3,9 +3,9 @@
 //!
 //! No logic and no state of its own: every method delegates to the shared handle (`handle.rs`).
 
-use crate::client::Client;
-use crate::handle::Handle;
 use crate::keys::Kind;
+use crate::lock::client::Client;
+use crate::lock::handle::Handle;
 
 /// A fair, reentrant distributed lock: waiters are granted the lock **in the order they arrived at
 /// Redis**, first come, first served, across every client and process that uses the same name.
@@ -79,7 +79,7 @@ impl FairLock {
         FairLock(Handle::new(client, name, Kind::Fair))
     }
 
-    crate::handle::lock_methods! {
+    crate::lock::handle::lock_methods! {
         /// The lock's name (also the Redis key of its owner hash).
         fn name;
         /// Acts as holder `id` instead of the current tokio task: every handle with the same id (in this

@@ -16,10 +16,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 
 use super::Work;
-use crate::batch::{self, Beat};
 use crate::conn::Conn;
 use crate::error::Result;
 use crate::keys::LockSpec;
+use crate::ops::batch::{self, Beat};
 
 /// A fair waiter the driver keeps alive in the queue while its future waits.
 #[derive(Debug)]

@@ -7,13 +7,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::driver::{Handoff, Work};
+use crate::engine::driver::{Handoff, Work};
+use crate::engine::field::{FieldTurn, Held};
+use crate::engine::lane::Lane;
+use crate::engine::release::{self, What};
 use crate::error::{Error, Result};
-use crate::held::{FieldTurn, Held};
 use crate::keys::Kind;
-use crate::lane::Lane;
 use crate::ops::Unlocked;
-use crate::release::{self, What};
 
 /// Why a held lock can no longer be trusted. See [`LockGuard::lost`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

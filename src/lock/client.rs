@@ -10,16 +10,16 @@ use tokio::sync::{oneshot, watch};
 use uuid::Uuid;
 
 use crate::config::{Builder, Config};
+use crate::conn::subscriber::Subscriber;
 use crate::conn::Conn;
-use crate::driver::{DriverHandle, Work};
+use crate::engine::driver::{DriverHandle, Work};
+use crate::engine::field::Helds;
+use crate::engine::lane::Lane;
+use crate::engine::release::What;
 use crate::error::{Error, Result};
-use crate::fair::FairLock;
-use crate::guard::{release_logged, LostReason};
-use crate::held::Helds;
-use crate::lane::Lane;
-use crate::lock::Lock;
-use crate::release::What;
-use crate::subscriber::Subscriber;
+use crate::lock::fair::FairLock;
+use crate::lock::guard::{release_logged, LostReason};
+use crate::lock::plain::Lock;
 
 /// A connection to Redis for taking locks. Cheap to clone; every clone shares the same
 /// connections and background tasks.

@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 
-use crate::acquire::{acquire, Request};
-use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
-use crate::holder;
 use crate::keys;
 use crate::keys::{Kind, LockSpec};
+use crate::lock::acquire::{acquire, Request};
+use crate::lock::client::Client;
+use crate::lock::guard::LockGuard;
+use crate::lock::holder;
 use crate::ops;
 use crate::state::LockState;
 
