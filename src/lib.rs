@@ -87,10 +87,11 @@ pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_REDISSON_WAIT, DEFAULT_TIMER_SLOTS, DEFAULT_TIMER_TICK,
     DEFAULT_WAITER_LIVENESS, DEFAULT_WATCHDOG_TIMEOUT,
 };
+pub use engine::validity::LostReason;
 pub use error::{Error, Result};
 pub use lock::client::Client;
 pub use lock::fair::FairLock;
-pub use lock::guard::{LockGuard, LostReason};
+pub use lock::guard::LockGuard;
 pub use lock::plain::Lock;
 pub use redlock::{RedLock, RedLockGuard};
 pub use state::{LockState, Owner, QueuedWaiter};

@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::engine::driver::drift;
+use crate::engine::validity::drift;
+use crate::engine::validity::LostReason;
 use crate::error::{duration_ms, Error, Result};
 use crate::lock::client::Client;
-use crate::lock::guard::{LockGuard, LostReason};
+use crate::lock::guard::LockGuard;
 use crate::lock::holder;
 use crate::util::join_all;
 

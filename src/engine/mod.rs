@@ -4,5 +4,8 @@
 
 pub(crate) mod driver;
 pub(crate) mod field;
+pub(crate) mod inner;
 pub(crate) mod lane;
+pub(crate) mod lifecycle;
 pub(crate) mod release;
+pub(crate) mod validity;

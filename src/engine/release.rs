@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use crate::conn::Conn;
 use crate::engine::field::{FieldTurn, Held};
+use crate::engine::validity::LostReason;
 use crate::error::Result;
-use crate::lock::guard::LostReason;
 use crate::ops::retry::retry_backoff;
 use crate::ops::{self, ReleaseArgs, Released, Unlocked};
 
@@ -193,6 +193,23 @@ fn plan(a: &crate::engine::field::Account, what: What) -> Option<ReleaseArgs> {
             remaining_ttl_ms: -1,
         }),
     }
+}
+
+/// Sends a release under the field's turn and logs the outcome.
+pub(crate) async fn release_logged(held: &Held, turn: &FieldTurn, what: What) -> Result<Unlocked> {
+    let mut conn = held.inner.conn.clone();
+    let timeout = held.inner.config.command_timeout;
+    let outcome = release(&mut conn, held, turn, what, timeout).await;
+    match &outcome {
+        Ok(o) => {
+            tracing::debug!(lock = held.name(), field = &*held.field, outcome = ?o, ?what, "unlocked")
+        }
+        Err(e) => {
+            tracing::warn!(lock = held.name(), field = &*held.field, error = %e, ?what,
+                "release failed; the lock expires with its lease")
+        }
+    }
+    outcome
 }
 
 #[cfg(test)]

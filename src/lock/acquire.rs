@@ -28,13 +28,14 @@ use crate::config::ReplicaSync;
 use crate::conn::subscriber::Subscription;
 use crate::conn::Conn;
 use crate::engine::driver::{AttemptFuture, Handoff, WaiterBeat, Work};
-use crate::engine::field::{next_id, validity_deadline, FieldTurn, FixedHold, Held};
+use crate::engine::field::{next_id, FieldTurn, FixedHold, Held};
+use crate::engine::inner::Inner;
 use crate::engine::lane::{Entry, Lane};
-use crate::engine::release::What;
+use crate::engine::release::{release_logged, What};
+use crate::engine::validity::{validity_deadline, LostReason};
 use crate::error::{duration_ms, Error, Result};
 use crate::keys::{Kind, LockSpec};
-use crate::lock::client::Inner;
-use crate::lock::guard::{release_logged, Lease, LockGuard, LostReason};
+use crate::lock::guard::{Lease, LockGuard};
 use crate::metrics;
 use crate::ops::{self, AcquireArgs, Attempt, Mode};
 

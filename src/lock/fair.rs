@@ -4,7 +4,9 @@
 //! No logic and no state of its own: every method delegates to the shared handle (`handle.rs`).
 
 use crate::keys::Kind;
-use crate::lock::client::Client;
+use std::sync::Arc;
+
+use crate::engine::inner::Inner;
 use crate::lock::handle::Handle;
 
 /// A fair, reentrant distributed lock: waiters are granted the lock **in the order they arrived at
@@ -75,8 +77,8 @@ use crate::lock::handle::Handle;
 pub struct FairLock(Handle);
 
 impl FairLock {
-    pub(crate) fn new(client: Client, name: String) -> Self {
-        FairLock(Handle::new(client, name, Kind::Fair))
+    pub(crate) fn new(inner: Arc<Inner>, name: String) -> Self {
+        FairLock(Handle::new(inner, name, Kind::Fair))
     }
 
     crate::lock::handle::lock_methods! {

@@ -3,7 +3,9 @@
 //! No logic and no state of its own: every method delegates to the shared handle (`handle.rs`).
 
 use crate::keys::Kind;
-use crate::lock::client::Client;
+use std::sync::Arc;
+
+use crate::engine::inner::Inner;
 use crate::lock::handle::Handle;
 
 /// A non-fair, reentrant distributed lock in Redisson's `RLock` layout: one hash per lock, and a
@@ -34,8 +36,8 @@ use crate::lock::handle::Handle;
 pub struct Lock(Handle);
 
 impl Lock {
-    pub(crate) fn new(client: Client, name: String) -> Self {
-        Lock(Handle::new(client, name, Kind::NonFair))
+    pub(crate) fn new(inner: Arc<Inner>, name: String) -> Self {
+        Lock(Handle::new(inner, name, Kind::NonFair))
     }
 
     crate::lock::handle::lock_methods! {

@@ -43,12 +43,6 @@ pub(crate) use handoff::Handoff;
 pub(crate) use heartbeat::WaiterBeat;
 pub(crate) use settle::give_up_logged;
 
-/// The drift margin subtracted from a lease before the local validity deadline: 1 % + 2 ms, as
-/// Redlock uses for clock drift between client and server.
-pub(crate) fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
-
 /// Work for the driver.
 pub(crate) enum Work {
     /// A hold was taken on `held` (lazy): arm its validity timer, and its renewals when it is a

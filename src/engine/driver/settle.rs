@@ -11,10 +11,9 @@ use std::sync::Arc;
 
 use super::AttemptFuture;
 use crate::engine::field::Held;
-use crate::engine::release::What;
+use crate::engine::release::{release_logged, What};
 use crate::error::Result;
 use crate::keys::{Kind, LockSpec};
-use crate::lock::guard::release_logged;
 use crate::ops::{self, AcquireArgs, Attempt, Mode};
 
 /// Runs an abandoned attempt to its end and settles its outcome, in its own task.

@@ -26,8 +26,8 @@ use super::wheel::TimerHandle;
 use super::{Timer, Timers, Work};
 use crate::conn::Conn;
 use crate::engine::field::Held;
+use crate::engine::validity::LostReason;
 use crate::error::Result;
-use crate::lock::guard::LostReason;
 use crate::metrics;
 use crate::ops::batch;
 
