@@ -8,7 +8,7 @@ use uuid::Uuid;
 use crate::config::Config;
 use crate::conn::subscriber::Subscriber;
 use crate::conn::Conn;
-use crate::engine::driver::{DriverHandle, Work};
+use crate::engine::driver::{self, Work};
 use crate::engine::inner::Inner;
 use crate::engine::lane::Lane;
 use crate::engine::release::{release_logged, What};
@@ -19,7 +19,7 @@ use crate::error::Result;
 pub(crate) async fn start(config: Config) -> Result<Arc<Inner>> {
     let (conn, link) = Conn::connect(&config).await?;
     let subscriber = Subscriber::start(link, config.connect_timeout, config.command_timeout);
-    let driver = DriverHandle::start(conn.clone(), &config);
+    let driver = driver::start(conn.clone(), &config);
     let id = Uuid::new_v4();
     check_eviction_policy(&mut conn.clone()).await;
     let inner = Arc::new(Inner::new(id, config, conn, subscriber, driver));

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
 
-use super::Work;
+use super::work::Work;
 use crate::conn::Conn;
 use crate::error::Result;
 use crate::keys::LockSpec;

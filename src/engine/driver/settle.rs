@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::AttemptFuture;
+use super::work::AttemptFuture;
 use crate::engine::field::Held;
 use crate::engine::release::{release_logged, What};
 use crate::error::Result;

@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use super::timers::{Timer, Timers};
 use super::wheel::TimerHandle;
-use super::{Timer, Timers, Work};
+use super::work::Work;
 use crate::conn::Conn;
 use crate::engine::field::Held;
 use crate::engine::validity::LostReason;
