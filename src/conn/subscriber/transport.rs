@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
 
 use super::registry::Registry;
-use super::task::Request;
+use super::request::Request;
 use crate::conn::sentinel::SentinelMaster;
 use crate::conn::{PubSubLink, Pushes};
 use crate::util::join_all;
