@@ -24,7 +24,7 @@ pub(crate) struct Inner {
     pub(crate) conn: Conn,
     pub(crate) subscriber: Subscriber,
     pub(crate) driver: DriverHandle,
-    /// Every lock and owner field this client works on (see `held.rs`).
+    /// Every lock and owner field this client works on (see `field.rs`).
     pub(crate) helds: Helds,
     /// `true` once shut down; waiters watch it.
     pub(crate) closed: watch::Sender<bool>,

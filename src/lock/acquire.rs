@@ -8,7 +8,7 @@
 //! sleep until a message, the hint the script gave (the lock's TTL when we are the head: nobody
 //! announces an expiry), our deadline, or a shutdown.
 //!
-//! Every attempt runs with the turn of the lock's owner field (`held.rs`): it takes its place in
+//! Every attempt runs with the turn of the lock's owner field (`engine/field.rs`): it takes its place in
 //! the field's line synchronously, before its first await, so whatever this holder left to the
 //! background earlier (a dropped guard's release, a cancelled wait's give-up) reaches Redis first.
 //! The attempt is a boxed future polled by the caller's future; if the caller drops it while one
@@ -489,7 +489,7 @@ impl Waiter {
     }
 }
 
-/// One attempt, with the field's turn: the script, then the account (see `held.rs`), then
+/// One attempt, with the field's turn: the script, then the account (see `engine/field.rs`), then
 /// replica sync for a grant. A grant that replica sync gives back is released under the same turn.
 async fn attempt_with_turn(
     conn: &mut Conn,

@@ -1,7 +1,7 @@
-//! [`FairLock`]: the public face of the fair lock. The engine is in `acquire.rs`, the scripts in
+//! [`FairLock`]: the public face of the fair lock. The waiting loop is in `lock/acquire.rs`, the scripts in
 //! `lua/fair_*.lua`.
 //!
-//! No logic and no state of its own: every method delegates to the shared handle (`handle.rs`).
+//! No logic and no state of its own: every method delegates to the shared handle (`lock/handle.rs`).
 
 use crate::keys::Kind;
 use std::sync::Arc;

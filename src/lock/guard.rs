@@ -1,5 +1,5 @@
 //! Holding a lock: the public [`LockGuard`], one hold on one lock, over the field state that
-//! every guard of one holder on one lock shares (`held.rs`).
+//! every guard of one holder on one lock shares (`engine/field.rs`).
 //!
 //! A guard must never do I/O in `Drop`: it leaves the account of its field at once and takes its
 //! release's place in the field's line synchronously; the driver sends the release.

@@ -1,6 +1,6 @@
 //! [`Lock`]: the non-fair lock in Redisson's `RLock` layout.
 //!
-//! No logic and no state of its own: every method delegates to the shared handle (`handle.rs`).
+//! No logic and no state of its own: every method delegates to the shared handle (`lock/handle.rs`).
 
 use crate::keys::Kind;
 use std::sync::Arc;
