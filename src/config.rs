@@ -1,7 +1,7 @@
 //! Client configuration: the builder, its defaults and its validation.
 //!
 //! It must never do I/O: every setting is checked by `validate()`, with a typed error, before a
-//! client connects (`Builder::build` lives in `client.rs`).
+//! client connects (`Builder::build` lives in `lock/client.rs`).
 
 use std::fmt;
 use std::time::Duration;

@@ -70,42 +70,29 @@
     rust_2018_idioms
 )]
 
-mod acquire;
-mod batch;
-mod client;
 mod config;
 mod conn;
-mod driver;
+mod engine;
 mod error;
-mod fair;
-mod guard;
-mod handle;
-mod held;
-mod holder;
 pub mod keys;
-mod lane;
 mod lock;
 mod metrics;
 mod ops;
 mod redlock;
-mod release;
-mod replica;
-mod retry;
 mod scripts;
-mod sentinel;
 mod state;
-mod subscriber;
 mod util;
 
-pub use client::Client;
 pub use config::{
     Builder, PubSubMode, SyncFailure, DEFAULT_BATCH_SIZE, DEFAULT_COMMAND_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_REDISSON_WAIT, DEFAULT_TIMER_SLOTS, DEFAULT_TIMER_TICK,
     DEFAULT_WAITER_LIVENESS, DEFAULT_WATCHDOG_TIMEOUT,
 };
+pub use engine::validity::LostReason;
 pub use error::{Error, Result};
-pub use fair::FairLock;
-pub use guard::{LockGuard, LostReason};
-pub use lock::Lock;
+pub use lock::client::Client;
+pub use lock::fair::FairLock;
+pub use lock::guard::LockGuard;
+pub use lock::plain::Lock;
 pub use redlock::{RedLock, RedLockGuard};
 pub use state::{DeadReason, LockState, Owner, QueuedWaiter};

@@ -81,7 +81,7 @@ mod imp {
         histogram!("fairlock_queue_position", labels(spec, names)).record(position as f64);
     }
 
-    /// `reason`: the lost reason's label (`LostReason::label` in `guard.rs`).
+    /// `reason`: the lost reason's label (`LostReason::label` in `engine/validity.rs`).
     pub(crate) fn lost(spec: &LockSpec, names: bool, reason: &'static str) {
         let mut l = labels(spec, names);
         l.push(Label::from_static_parts("reason", reason));

@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::client::Client;
-use crate::driver::drift;
+use crate::engine::validity::drift;
+use crate::engine::validity::LostReason;
 use crate::error::{duration_ms, Error, Result};
-use crate::guard::{LockGuard, LostReason};
-use crate::holder;
+use crate::lock::client::Client;
+use crate::lock::guard::LockGuard;
+use crate::lock::holder;
 use crate::util::join_all;
 
 /// Fixed part of the default per-master timeout (plus 1 % of the lease).

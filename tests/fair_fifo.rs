@@ -231,12 +231,18 @@ async fn heartbeats_of_fairlock_waiters_never_walk_the_queue() {
     wait_until(Duration::from_secs(10), "every waiter queued", || {
         queue_len(&mut raw, "beats") == WAITERS as i64
     });
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut raw).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut raw)
+        .unwrap();
     // Heartbeats run every 100 ms (a third of the window); each refreshes every waiter's mark
     // and score with ZADD. Wait for several whole periods of them.
     let mut info = String::new();
     wait_until(Duration::from_secs(20), "several heartbeat periods", || {
-        info = redis::cmd("INFO").arg("commandstats").query(&mut raw).unwrap();
+        info = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut raw)
+            .unwrap();
         support::command_calls(&info, "zadd") >= 2 * 5 * WAITERS as u64
     });
     for walk in ["lpos", "lrange", "zmscore"] {
@@ -246,7 +252,11 @@ async fn heartbeats_of_fairlock_waiters_never_walk_the_queue() {
             "a heartbeat walked the queue with {walk}: {info}"
         );
     }
-    assert_eq!(queue_len(&mut raw, "beats"), WAITERS as i64, "no live waiter was purged");
+    assert_eq!(
+        queue_len(&mut raw, "beats"),
+        WAITERS as i64,
+        "no live waiter was purged"
+    );
     held.unlock().await.unwrap();
     for t in tasks {
         t.await.unwrap();

@@ -1,11 +1,13 @@
-//! [`FairLock`]: the public face of the fair lock. The engine is in `acquire.rs`, the scripts in
+//! [`FairLock`]: the public face of the fair lock. The waiting loop is in `lock/acquire.rs`, the scripts in
 //! `lua/fair_*.lua`.
 //!
-//! No logic and no state of its own: every method delegates to the shared handle (`handle.rs`).
+//! No logic and no state of its own: every method delegates to the shared handle (`lock/handle.rs`).
 
-use crate::client::Client;
-use crate::handle::Handle;
 use crate::keys::Kind;
+use std::sync::Arc;
+
+use crate::engine::inner::Inner;
+use crate::lock::handle::Handle;
 
 /// A fair, reentrant distributed lock: waiters are granted the lock **in the order they arrived at
 /// Redis**, first come, first served, across every client and process that uses the same name.
@@ -75,11 +77,11 @@ use crate::keys::Kind;
 pub struct FairLock(Handle);
 
 impl FairLock {
-    pub(crate) fn new(client: Client, name: String) -> Self {
-        FairLock(Handle::new(client, name, Kind::Fair))
+    pub(crate) fn new(inner: Arc<Inner>, name: String) -> Self {
+        FairLock(Handle::new(inner, name, Kind::Fair))
     }
 
-    crate::handle::lock_methods! {
+    crate::lock::handle::lock_methods! {
         /// The lock's name (also the Redis key of its owner hash).
         fn name;
         /// Acts as holder `id` instead of the current tokio task: every handle with the same id (in this

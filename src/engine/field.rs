@@ -45,11 +45,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::client::Inner;
-use crate::driver::drift;
-use crate::guard::LostReason;
+use crate::engine::inner::Inner;
+use crate::engine::lane::{Lane, LaneOwner, Turn};
+use crate::engine::validity::{validity_deadline, LostReason};
 use crate::keys::LockSpec;
-use crate::lane::{Lane, LaneOwner, Turn};
 
 /// A fixed point of the monotonic clock that deadlines are stored relative to.
 fn clock_base() -> Instant {
@@ -64,12 +63,6 @@ fn to_nanos(at: Instant) -> u64 {
 
 fn from_nanos(nanos: u64) -> Instant {
     clock_base() + Duration::from_nanos(nanos)
-}
-
-/// The validity deadline of a grant or renewal sent at `sent` with a lease of `lease`: the moment
-/// up to which no other client can have taken the lock, allowing for clock drift.
-pub(crate) fn validity_deadline(sent: Instant, lease: Duration) -> Instant {
-    sent + lease.saturating_sub(drift(lease))
 }
 
 /// What one field holds, kept in its lane. Only the turn holder changes `count`, `dark` and
@@ -410,7 +403,7 @@ impl Drop for Held {
         // (lazily: no task wake-up on the uncontended path, and no I/O here).
         self.inner
             .driver
-            .send_lazy(crate::driver::Work::Forget { id: self.id });
+            .send_lazy(crate::engine::driver::Work::Forget { id: self.id });
     }
 }
 

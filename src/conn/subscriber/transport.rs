@@ -18,9 +18,9 @@ use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
 
 use super::registry::Registry;
-use super::task::Request;
+use super::request::Request;
+use crate::conn::sentinel::SentinelMaster;
 use crate::conn::{PubSubLink, Pushes};
-use crate::sentinel::SentinelMaster;
 use crate::util::join_all;
 
 /// Where subscriptions live.

@@ -16,8 +16,8 @@ use redis::{Cmd, Pipeline, PushInfo, RedisFuture, Value};
 use tokio::sync::mpsc;
 
 use crate::config::{Config, PubSubMode, Topology};
+use crate::conn::sentinel::SentinelMaster;
 use crate::error::{timed_out, Result};
-use crate::sentinel::SentinelMaster;
 
 /// A cheap-to-clone handle on the client's command connection.
 #[derive(Clone)]
@@ -64,7 +64,7 @@ pub(crate) enum PubSubLink {
 /// How many times redis-rs's cluster client may send a command again by itself: after `MOVED` /
 /// `ASK` (the command did not run), but also after a timeout or a dropped connection, when it may
 /// have run. Every lock script is a compare-and-set on the holder's count, so a second run of the
-/// same call changes nothing (`held.rs`); the bound only keeps one call within 3 command
+/// same call changes nothing (`engine/field.rs`); the bound only keeps one call within 3 command
 /// timeouts (the default, 16, would allow 17). Longer outages are ridden out by our own retry
 /// loops.
 pub(crate) const CLUSTER_RETRIES: u32 = 2;

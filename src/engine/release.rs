@@ -1,6 +1,6 @@
 //! Ending holds, under the field's turn: the release of one guard's hold, the settling of a dark
 //! attempt (one whose reply was lost), and the release of every hold at shutdown. Each keeps the
-//! field's account exact (see `held.rs`), retries transient failures under the same expected
+//! field's account exact (see `field.rs`), retries transient failures under the same expected
 //! count (so a resend that already ran is recognised, not repeated), and re-learns the count
 //! when Redis shows another one.
 //!
@@ -10,11 +10,11 @@
 use std::time::{Duration, Instant};
 
 use crate::conn::Conn;
+use crate::engine::field::{FieldTurn, Held};
+use crate::engine::validity::LostReason;
 use crate::error::Result;
-use crate::guard::LostReason;
-use crate::held::{FieldTurn, Held};
+use crate::ops::retry::retry_backoff;
 use crate::ops::{self, ReleaseArgs, Released, Unlocked};
-use crate::retry::retry_backoff;
 
 /// How many command timeouts a release keeps retrying transient failures for: enough for a
 /// Sentinel or Cluster failover to complete.
@@ -154,7 +154,7 @@ pub(crate) async fn release(
 }
 
 /// The release arguments for `what`, from the account; `None` when there is nothing to send.
-fn plan(a: &crate::held::Account, what: What) -> Option<ReleaseArgs> {
+fn plan(a: &crate::engine::field::Account, what: What) -> Option<ReleaseArgs> {
     let now = Instant::now();
     match what {
         What::Guard { gen } if gen != a.gen => None,
@@ -195,10 +195,27 @@ fn plan(a: &crate::held::Account, what: What) -> Option<ReleaseArgs> {
     }
 }
 
+/// Sends a release under the field's turn and logs the outcome.
+pub(crate) async fn release_logged(held: &Held, turn: &FieldTurn, what: What) -> Result<Unlocked> {
+    let mut conn = held.inner.conn.clone();
+    let timeout = held.inner.config.command_timeout;
+    let outcome = release(&mut conn, held, turn, what, timeout).await;
+    match &outcome {
+        Ok(o) => {
+            tracing::debug!(lock = held.name(), field = &*held.field, outcome = ?o, ?what, "unlocked")
+        }
+        Err(e) => {
+            tracing::warn!(lock = held.name(), field = &*held.field, error = %e, ?what,
+                "release failed; the lock expires with its lease")
+        }
+    }
+    outcome
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::held::{Account, FixedHold};
+    use crate::engine::field::{Account, FixedHold};
 
     fn account(count: u64, watchdog: u32, fixed: usize) -> Account {
         let now = Instant::now();

@@ -16,10 +16,13 @@
 //! * [`transport`]: the connection per topology (a RESP2 pub/sub connection, the master Sentinel
 //!   names, or a subscription-only RESP3 cluster connection with its push messages).
 //!
+//! The handles and the transport talk to the task with a [`request::Request`].
+//!
 //! This module must never: do I/O in `Drop` (a dropped [`Subscription`] only marks the registry),
 //! or report a subscription as ready before a message published from then on is sure to reach it.
 
 mod registry;
+mod request;
 mod task;
 mod transport;
 
@@ -31,7 +34,8 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use crate::conn::PubSubLink;
 use crate::error::{Error, Result};
 use registry::Registry;
-use task::{Request, Task};
+use request::Request;
+use task::Task;
 
 /// Handle on the client's subscriber task.
 #[derive(Debug)]

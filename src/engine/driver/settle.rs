@@ -9,13 +9,12 @@
 
 use std::sync::Arc;
 
-use super::AttemptFuture;
+use super::work::AttemptFuture;
+use crate::engine::field::Held;
+use crate::engine::release::{release_logged, What};
 use crate::error::Result;
-use crate::guard::release_logged;
-use crate::held::Held;
 use crate::keys::{Kind, LockSpec};
 use crate::ops::{self, AcquireArgs, Attempt, Mode};
-use crate::release::What;
 
 /// Runs an abandoned attempt to its end and settles its outcome, in its own task.
 pub(super) fn abandoned_in_background(attempt: AttemptFuture, held: Arc<Held>, args: AcquireArgs) {

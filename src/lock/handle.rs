@@ -9,19 +9,19 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 
-use crate::acquire::{acquire, Request};
-use crate::client::Client;
+use crate::engine::inner::Inner;
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
-use crate::holder;
 use crate::keys;
 use crate::keys::{Kind, LockSpec};
+use crate::lock::acquire::{acquire, Request};
+use crate::lock::guard::LockGuard;
+use crate::lock::holder;
 use crate::ops;
 use crate::state::LockState;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Handle {
-    client: Client,
+    inner: Arc<Inner>,
     name: String,
     /// The validated spec, or why the name was rejected (reported by every operation).
     spec: std::result::Result<Arc<LockSpec>, &'static str>,
@@ -30,15 +30,15 @@ pub(crate) struct Handle {
 }
 
 impl Handle {
-    pub(crate) fn new(client: Client, name: String, kind: Kind) -> Self {
-        let cluster = client.inner.conn.is_cluster();
+    pub(crate) fn new(inner: Arc<Inner>, name: String, kind: Kind) -> Self {
+        let cluster = inner.conn.is_cluster();
         let spec = match keys::validate(&name, cluster) {
             Ok(()) => Ok(LockSpec::new(kind, &name)),
             Err(Error::InvalidName { reason, .. }) => Err(reason),
             Err(_) => Err("invalid name"),
         };
         Handle {
-            client,
+            inner,
             name,
             spec,
             holder: None,
@@ -81,7 +81,7 @@ impl Handle {
             lease,
             fenced: self.fenced,
         };
-        acquire(&self.client.inner, spec, req).await
+        acquire(&self.inner, spec, req).await
     }
 
     pub(crate) async fn acquire_unbounded(&self, lease: Option<Duration>) -> Result<LockGuard> {
@@ -93,27 +93,27 @@ impl Handle {
 
     pub(crate) async fn force_unlock(&self) -> Result<bool> {
         let spec = self.spec()?;
-        let mut conn = self.client.inner.conn.clone();
+        let mut conn = self.inner.conn.clone();
         ops::force_unlock(&mut conn, spec).await
     }
 
     pub(crate) async fn is_locked(&self) -> Result<bool> {
         let spec = self.spec()?;
-        let mut conn = self.client.inner.conn.clone();
+        let mut conn = self.inner.conn.clone();
         Ok(conn.exists(spec.name()).await?)
     }
 
     pub(crate) async fn hold_count(&self) -> Result<u32> {
         let spec = self.spec()?;
-        let field = self.client.inner.field(self.holder_id());
-        let mut conn = self.client.inner.conn.clone();
+        let field = self.inner.field(self.holder_id());
+        let mut conn = self.inner.conn.clone();
         let count: Option<i64> = conn.hget(spec.name(), &*field).await?;
         Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
     }
 
     pub(crate) async fn state(&self) -> Result<LockState> {
         let spec = self.spec()?;
-        let mut conn = self.client.inner.conn.clone();
+        let mut conn = self.inner.conn.clone();
         Ok(LockState::from_raw(ops::state(&mut conn, spec).await?))
     }
 }

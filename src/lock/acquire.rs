@@ -8,7 +8,7 @@
 //! sleep until a message, the hint the script gave (the lock's TTL when we are the head: nobody
 //! announces an expiry), our deadline, or a shutdown.
 //!
-//! Every attempt runs with the turn of the lock's owner field (`held.rs`): it takes its place in
+//! Every attempt runs with the turn of the lock's owner field (`engine/field.rs`): it takes its place in
 //! the field's line synchronously, before its first await, so whatever this holder left to the
 //! background earlier (a dropped guard's release, a cancelled wait's give-up) reaches Redis first.
 //! The attempt is a boxed future polled by the caller's future; if the caller drops it while one
@@ -24,19 +24,20 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::client::Inner;
 use crate::config::ReplicaSync;
+use crate::conn::subscriber::Subscription;
 use crate::conn::Conn;
-use crate::driver::{AttemptFuture, Handoff, WaiterBeat, Work};
+use crate::engine::driver::{AttemptFuture, Handoff, WaiterBeat, Work};
+use crate::engine::field::{next_id, FieldTurn, FixedHold, Held};
+use crate::engine::inner::Inner;
+use crate::engine::lane::{Entry, Lane};
+use crate::engine::release::{release_logged, What};
+use crate::engine::validity::{validity_deadline, LostReason};
 use crate::error::{duration_ms, Error, Result};
-use crate::guard::{release_logged, Lease, LockGuard, LostReason};
-use crate::held::{next_id, validity_deadline, FieldTurn, FixedHold, Held};
 use crate::keys::{Kind, LockSpec};
-use crate::lane::{Entry, Lane};
+use crate::lock::guard::{Lease, LockGuard};
 use crate::metrics;
 use crate::ops::{self, AcquireArgs, Attempt, Mode};
-use crate::release::What;
-use crate::subscriber::Subscription;
 
 /// What one lock call asks for.
 #[derive(Debug, Clone, Copy)]
@@ -173,7 +174,7 @@ struct Waiter {
     in_flight: Option<AttemptFuture>,
     /// We may be in the fair queue (set before the first attempt that can enqueue).
     queued: bool,
-    /// We are one of the field's `waiting_calls` (see [`Account`](crate::held::Account)).
+    /// We are one of the field's `waiting_calls` (see [`Account`](crate::engine::field::Account)).
     counted: bool,
     /// No other call of ours waited on the field when we began: any entry of the field in the
     /// queue was left by an ended call, and our attempts drop it before joining, until one of them
@@ -454,7 +455,7 @@ impl Waiter {
             return Err(error);
         }
         outage.retries = outage.retries.saturating_add(1);
-        let pause = crate::retry::retry_backoff(outage.retries).min(limit - now);
+        let pause = crate::ops::retry::retry_backoff(outage.retries).min(limit - now);
         tracing::warn!(error = %error, retry_in = ?pause, "transient redis error while acquiring");
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
@@ -488,7 +489,7 @@ impl Waiter {
     }
 }
 
-/// One attempt, with the field's turn: the script, then the account (see `held.rs`), then
+/// One attempt, with the field's turn: the script, then the account (see `engine/field.rs`), then
 /// replica sync for a grant. A grant that replica sync gives back is released under the same turn.
 async fn attempt_with_turn(
     conn: &mut Conn,
@@ -529,13 +530,19 @@ async fn attempt_with_turn(
     }
     match (reply?, sync) {
         (granted @ Attempt::Acquired { .. }, Some(sync)) => {
-            match crate::replica::synced(conn, args, sync).await {
+            match crate::ops::replica::synced(conn, args, sync).await {
                 Ok(true) => Ok(granted),
                 outcome => {
                     // Unsynced, or its sync unknown: the grant is given back before the outcome
                     // is reported, so a retry does not pile a second hold on it.
-                    crate::release::release(conn, held, turn, What::Orphan, command_timeout)
-                        .await?;
+                    crate::engine::release::release(
+                        conn,
+                        held,
+                        turn,
+                        What::Orphan,
+                        command_timeout,
+                    )
+                    .await?;
                     outcome.map(|_| Attempt::Waiting {
                         hint_ms: 10,
                         queued_at: None,
@@ -577,7 +584,7 @@ impl Drop for Waiter {
             Lane::enter_background(&self.held, move |turn| {
                 let driver = held.inner.driver.clone();
                 driver.send(Work::Finish(Box::pin(async move {
-                    crate::driver::give_up_logged(&held, &spec, &field).await;
+                    crate::engine::driver::give_up_logged(&held, &spec, &field).await;
                     drop(turn);
                 })));
             });

@@ -1,8 +1,8 @@
 //! The script-call ABI of single-lock operations: the only place that knows the keys, arguments
 //! and reply codes of each Lua script that works on one lock (`lua/*.lua`). One function, one
 //! script call, one round trip; no retries, no waiting and no bookkeeping here (the caller holds
-//! the field's turn and keeps its account: `held.rs`, `release.rs`, `acquire.rs`). Batched calls
-//! over many locks are in `batch.rs`.
+//! the field's turn and keeps its account: `engine/field.rs`, `engine/release.rs`, `lock/acquire.rs`). Batched calls
+//! over many locks are in `ops/batch.rs`.
 //!
 //! This module must never decide anything from a reply beyond decoding it.
 

@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use super::{DriverHandle, Work};
+use super::work::{DriverHandle, Work};
 
 /// An operation polled by the caller; see the module documentation.
 pub(crate) struct Handoff<T: Send + 'static> {

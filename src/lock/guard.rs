@@ -1,5 +1,5 @@
 //! Holding a lock: the public [`LockGuard`], one hold on one lock, over the field state that
-//! every guard of one holder on one lock shares (`held.rs`).
+//! every guard of one holder on one lock shares (`engine/field.rs`).
 //!
 //! A guard must never do I/O in `Drop`: it leaves the account of its field at once and takes its
 //! release's place in the field's line synchronously; the driver sends the release.
@@ -7,57 +7,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::driver::{Handoff, Work};
+use crate::engine::driver::{Handoff, Work};
+use crate::engine::field::Held;
+use crate::engine::lane::Lane;
+use crate::engine::release::{release_logged, What};
+use crate::engine::validity::LostReason;
 use crate::error::{Error, Result};
-use crate::held::{FieldTurn, Held};
 use crate::keys::Kind;
-use crate::lane::Lane;
 use crate::ops::Unlocked;
-use crate::release::{self, What};
-
-/// Why a held lock can no longer be trusted. See [`LockGuard::lost`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// A renewal (or the unlock) found our owner field gone: the lock expired, was deleted
-    /// (force unlock, eviction, failover) or belongs to someone else now.
-    Gone,
-    /// Two consecutive renewals failed (Redis unreachable or answering with errors).
-    RenewalFailed,
-    /// The fixed lease given at acquisition has run out (never renewed by design).
-    LeaseExpired,
-    /// No acquisition or renewal has succeeded for a whole lease minus a drift margin, so another
-    /// client may be able to take the lock now (renewals stalled, e.g. during a failover).
-    ValidityExpired,
-    /// The client was shut down.
-    Shutdown,
-}
-
-impl std::fmt::Display for LostReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            LostReason::Gone => "the lock is gone or owned by someone else",
-            LostReason::RenewalFailed => "two consecutive renewals failed",
-            LostReason::LeaseExpired => "the lease ran out",
-            LostReason::ValidityExpired => "no renewal succeeded within the lease",
-            LostReason::Shutdown => "the client was shut down",
-        })
-    }
-}
-
-impl LostReason {
-    /// A short snake_case name (the `reason` label of the `fairlock_lost_total` metric).
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            LostReason::Gone => "gone",
-            LostReason::RenewalFailed => "renewal_failed",
-            LostReason::LeaseExpired => "lease_expired",
-            LostReason::ValidityExpired => "validity_expired",
-            LostReason::Shutdown => "shutdown",
-        }
-    }
-}
 
 /// What kind of lease a hold has: renewed by the watchdog while the guard lives, or fixed, with
 /// the id of the guard's entry in the field's account (one word either way).
@@ -264,23 +221,6 @@ impl LockGuard {
             true
         })
     }
-}
-
-/// Sends a release under the field's turn and logs the outcome.
-pub(crate) async fn release_logged(held: &Held, turn: &FieldTurn, what: What) -> Result<Unlocked> {
-    let mut conn = held.inner.conn.clone();
-    let timeout = held.inner.config.command_timeout;
-    let outcome = release::release(&mut conn, held, turn, what, timeout).await;
-    match &outcome {
-        Ok(o) => {
-            tracing::debug!(lock = held.name(), field = &*held.field, outcome = ?o, ?what, "unlocked")
-        }
-        Err(e) => {
-            tracing::warn!(lock = held.name(), field = &*held.field, error = %e, ?what,
-                "release failed; the lock expires with its lease")
-        }
-    }
-    outcome
 }
 
 impl Drop for LockGuard {

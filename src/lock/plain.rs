@@ -1,10 +1,12 @@
 //! [`Lock`]: the non-fair lock in Redisson's `RLock` layout.
 //!
-//! No logic and no state of its own: every method delegates to the shared handle (`handle.rs`).
+//! No logic and no state of its own: every method delegates to the shared handle (`lock/handle.rs`).
 
-use crate::client::Client;
-use crate::handle::Handle;
 use crate::keys::Kind;
+use std::sync::Arc;
+
+use crate::engine::inner::Inner;
+use crate::lock::handle::Handle;
 
 /// A non-fair, reentrant distributed lock in Redisson's `RLock` layout: one hash per lock, and a
 /// release message on `redisson_lock__channel:{NAME}` that every waiter listens to.
@@ -34,11 +36,11 @@ use crate::keys::Kind;
 pub struct Lock(Handle);
 
 impl Lock {
-    pub(crate) fn new(client: Client, name: String) -> Self {
-        Lock(Handle::new(client, name, Kind::NonFair))
+    pub(crate) fn new(inner: Arc<Inner>, name: String) -> Self {
+        Lock(Handle::new(inner, name, Kind::NonFair))
     }
 
-    crate::handle::lock_methods! {
+    crate::lock::handle::lock_methods! {
         /// The lock's name (also the Redis key of its owner hash).
         fn name;
         /// Acts as holder `id` instead of the current tokio task (see

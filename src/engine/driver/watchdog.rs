@@ -1,12 +1,12 @@
 //! The watchdog: renewals and validity deadlines of held locks.
 //!
 //! * A lock with a live watchdog hold is renewed every `watchdog_timeout / 3`, on a grid shared by
-//!   every lock of the client, so all renewals due in one tick go out together (`batch.rs`). A
+//!   every lock of the client, so all renewals due in one tick go out together (`ops/batch.rs`). A
 //!   renewal that comes due while the lock's previous one is still in flight is not sent beside
 //!   it, but if that one then fails it goes out at once rather than a period later (a server
 //!   stalled for longer than the command timeout, e.g. writes paused by a manual failover, must not
 //!   cost a lock whose lease has time left).
-//! * Every held lock has a validity deadline (see `held.rs`); a timer at it marks the guards lost
+//! * Every held lock has a validity deadline (see `engine/field.rs`); a timer at it marks the guards lost
 //!   for the log and for everyone who only polls (guards also see it lazily, exactly on time).
 //! * A renewal that finds the lock gone, or two failing in a row, tell the holder at once, and
 //!   renewals of that lock stop (its holds expire with their TTL) until it is taken again.
@@ -22,14 +22,15 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use super::timers::{Timer, Timers};
 use super::wheel::TimerHandle;
-use super::{Timer, Timers, Work};
-use crate::batch;
+use super::work::Work;
 use crate::conn::Conn;
+use crate::engine::field::Held;
+use crate::engine::validity::LostReason;
 use crate::error::Result;
-use crate::guard::LostReason;
-use crate::held::Held;
 use crate::metrics;
+use crate::ops::batch;
 
 /// The driver's view of one held lock and owner field.
 #[derive(Debug)]

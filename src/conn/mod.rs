@@ -1,0 +1,9 @@
+//! Connections to Redis: the command connection over every topology (`command.rs`), following a
+//! Sentinel-managed master (`sentinel.rs`), and the client's one pub/sub connection
+//! (`subscriber/`).
+
+mod command;
+pub(crate) mod sentinel;
+pub(crate) mod subscriber;
+
+pub(crate) use command::{Conn, PubSubLink, Pushes};

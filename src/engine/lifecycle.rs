@@ -1,0 +1,68 @@
+//! Starting a client's engine (its connections, subscriber and driver) and shutting it down.
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::conn::subscriber::Subscriber;
+use crate::conn::Conn;
+use crate::engine::driver::{self, Work};
+use crate::engine::inner::Inner;
+use crate::engine::lane::Lane;
+use crate::engine::release::{release_logged, What};
+use crate::engine::validity::LostReason;
+use crate::error::Result;
+
+/// Connects, starts the subscriber and the driver, and returns the state they share.
+pub(crate) async fn start(config: Config) -> Result<Arc<Inner>> {
+    let (conn, link) = Conn::connect(&config).await?;
+    let subscriber = Subscriber::start(link, config.connect_timeout, config.command_timeout);
+    let driver = driver::start(conn.clone(), &config);
+    let id = Uuid::new_v4();
+    check_eviction_policy(&mut conn.clone()).await;
+    let inner = Arc::new(Inner::new(id, config, conn, subscriber, driver));
+    tracing::debug!(client = %id, "fairlock client started");
+    Ok(inner)
+}
+
+/// What `Client::shutdown` does (see its documentation).
+pub(crate) async fn shutdown(inner: &Inner) {
+    if inner.closed.send_replace(true) {
+        return;
+    }
+    inner.subscriber.wake_all();
+    // Each field in its own line: an operation in flight (an attempt whose grant this call
+    // may then give back itself) ends first, and what comes after finds the client closed.
+    for held in inner.helds.all() {
+        let turn = Lane::enter(&held).await;
+        let _ = release_logged(&held, &turn, What::All).await;
+        turn.with(|a| held.holds_vanished(a, LostReason::Shutdown));
+    }
+    let (tx, rx) = oneshot::channel();
+    inner.driver.send(Work::Shutdown(tx));
+    let _ = rx.await;
+    tracing::debug!(client = %inner.id, "fairlock client shut down");
+}
+
+/// Every lock key carries a TTL, so any eviction policy but `noeviction` may evict a held lock.
+async fn check_eviction_policy(conn: &mut Conn) {
+    // A flat pair list over RESP2, a map over RESP3 (cluster connections).
+    let reply: redis::RedisResult<std::collections::HashMap<String, String>> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(conn)
+        .await;
+    match reply.as_ref().map(|m| m.get("maxmemory-policy")) {
+        Ok(Some(policy)) if policy != "noeviction" => tracing::warn!(
+            policy = policy.as_str(),
+            "Redis maxmemory-policy is not noeviction: under memory pressure Redis may evict \
+             held locks (an evicted lock is a lost lock)"
+        ),
+        Ok(_) => {}
+        Err(e) => {
+            tracing::debug!(error = %e, "could not read maxmemory-policy (CONFIG may be disabled)")
+        }
+    }
+}

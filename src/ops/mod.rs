@@ -1,0 +1,13 @@
+//! Lock operations: one script call per function (`calls.rs`), batched renewals and heartbeats
+//! over many locks (`batch.rs`), waiting for replicas (`replica.rs`) and the backoff between
+//! retries (`retry.rs`). Nothing here keeps state between calls.
+
+pub(crate) mod batch;
+mod calls;
+pub(crate) mod replica;
+pub(crate) mod retry;
+
+pub(crate) use calls::{
+    acquire, force_unlock, give_up, state, unlock, AcquireArgs, Attempt, Mode, ReleaseArgs,
+    Released, Unlocked,
+};
