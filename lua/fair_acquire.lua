@@ -83,10 +83,14 @@ if held == expected + 1 then
   return {2, held, fenced and (tonumber(redis.call('GET', token_key)) or 0) or 0}
 end
 
--- A waiter that is still waiting but is no longer queued was removed as a dead head (its mark
--- lapsed, e.g. while Redis was unreachable). It was the head then, so putting it back at the head
--- restores the order everyone else already had.
-if mode == 'requeue' and head ~= field and held == 0 and not is_queued() then
+-- A waiter that is still waiting but is no longer queued, and whose tombstone is in L, was purged
+-- as a dead head while it was alive (its mark lapsed, e.g. while Redis was unreachable). It was
+-- the head then, so putting it back at the head restores the order everyone else already had.
+-- Without a tombstone it did not leave as a head (a sibling call of its holder gave the shared
+-- entry up, the holder was served meanwhile, the queue was lost): it rejoins at the tail below,
+-- as a new arrival, so returning waiters keep their order and nobody is overtaken.
+if mode == 'requeue' and head ~= field and held == 0 and not is_queued()
+    and redis.call('ZSCORE', liveness, field) then
   local deadline = joining_deadline(name, queue, deadlines, liveness, field, window,
     redisson_wait, true)
   redis.call('LPUSH', queue, field)

@@ -25,14 +25,14 @@ local function beat(name, queue, deadlines, liveness, field, channel_prefix)
     tell(publish_cmd, channel_prefix, head)
   end
   if not redis.call('ZSCORE', deadlines, field) then
-    redis.call('ZREM', liveness, field)
+    -- Its mark, if any, is its tombstone: left for its next attempt (and the sweep).
     return 2
   end
   local deadline = refreshed_deadline(queue, deadlines, liveness, field, window,
     redisson_wait)
   redis.call('ZADD', deadlines, 'XX', 'GT', deadline, field)
   mark_alive(liveness, field, window, deadline)
-  sweep_liveness(deadlines, liveness)
+  sweep_liveness(deadlines, liveness, window)
   if head == field and redis.call('EXISTS', name) == 0 then
     return 1
   end

@@ -6,10 +6,26 @@
 --
 -- Invariants kept by every fair script:
 -- * Q and Z hold the same members, and only the head of Q may take the lock.
--- * L holds exactly the fairlock waiters that are queued (member = owner field, score = the server
---   time by which the waiter must show life again); a waiter leaves L when it leaves Q.
+-- * L holds the fairlock waiters that are queued (member = owner field, score = the server time by
+--   which the waiter must show life again); a waiter leaves L when it leaves Q by itself (a grant,
+--   a give-up). One exception: a waiter purged as a dead head keeps its lapsed mark for one more
+--   window, as a tombstone: if it was in fact alive (its client could not reach Redis in time),
+--   its next attempt finds the tombstone and rejoins at the head it was taken from. A waiter
+--   missing from Q without a tombstone (a sibling call of its holder gave the shared entry up, it
+--   was served, the queue was lost in a failover or a flush) rejoins at the tail.
 -- * A fairlock waiter is judged alive by its mark in L, never by its score in Z: Redisson clients
 --   shift every score in Z on each of their acquisitions, ours included (PROTOCOL 4 and 7).
+
+-- The largest number of milliseconds a script writes (a score, a TTL). Lua hands numbers to Redis
+-- with 14 significant digits, so 10^14 and more would arrive in exponent form, which PEXPIRE
+-- rejects (after earlier writes of the script ran). Clients send no duration above 10^12 ms, but
+-- sums such as one Redisson wait per waiter ahead can grow past that: they are capped here. A
+-- capped deadline is still about 2,800 years away.
+local MAX_MS = 90000000000000
+
+local function capped(ms)
+  return math.min(ms, MAX_MS)
+end
 
 -- Current time in Unix epoch milliseconds from the server clock (PROTOCOL 7: fairlock clients never
 -- pass their own clock, so they never disagree about deadlines). Read at most once per script run,
@@ -47,9 +63,8 @@ local function purge_stale_head(queue, deadlines, liveness)
     end
     redis.call('ZREM', deadlines, head)
     redis.call('LPOP', queue)
-    if alive_until then
-      redis.call('ZREM', liveness, head)
-    end
+    -- A fairlock waiter's lapsed mark stays in L as its tombstone (see the invariants above);
+    -- `sweep_liveness` drops it one window after it lapsed.
     removed = removed + 1
   end
 end
@@ -105,7 +120,7 @@ end
 -- (nobody joins ahead of it later except a fairlock waiter put back at the head, which shifts
 -- nothing). Refreshes only ever raise a score (ZADD GT).
 local function protected_deadline(queue, liveness, place, window, redisson_wait)
-  return server_now_ms() + window + unmarked_ahead(queue, liveness, place) * redisson_wait
+  return capped(server_now_ms() + window + unmarked_ahead(queue, liveness, place) * redisson_wait)
 end
 
 -- The 0-based place of `field` in the queue (LPOS, O(place)); the queue length when absent.
@@ -171,7 +186,7 @@ local function joining_deadline(name, queue, deadlines, liveness, field, window,
       + (ahead + 1) * redisson_wait
     deadline = math.max(deadline, math.min(tonumber(score) + redisson_wait, cap))
   end
-  return deadline
+  return capped(deadline)
 end
 
 -- Record that `field` (a queued fairlock waiter whose score in Z is `score`) is alive for
@@ -188,7 +203,7 @@ local function mark_alive(liveness, field, window, score)
   redis.call('ZADD', liveness, now + window, field)
   local needed = math.max(window, math.ceil(score - now))
   if redis.call('PTTL', liveness) < needed then
-    redis.call('PEXPIRE', liveness, 2 * needed)
+    redis.call('PEXPIRE', liveness, capped(2 * needed))
   end
 end
 
@@ -199,12 +214,15 @@ local function forget_marks_if_empty(queue, liveness)
   end
 end
 
--- Drop lapsed marks of waiters that are no longer queued (a Redisson client's purge removed them
--- from Q and Z, but it does not know L). A lapsed mark of a waiter still queued stays: the purge
--- removes that waiter when it reaches the head. Bounded work per call; run by heartbeats (every
--- third of a window while any fairlock waiter waits), not on the acquire path.
-local function sweep_liveness(deadlines, liveness)
-  local lapsed = redis.call('ZRANGEBYSCORE', liveness, '-inf', server_now_ms(), 'LIMIT', 0, 8)
+-- Drop marks of waiters that are no longer queued once they lapsed more than one window ago:
+-- tombstones of purged heads (our purge, or a Redisson client's, which removes them from Q and Z
+-- but does not know L) are kept that long for the waiter's return. A lapsed mark of a waiter
+-- still queued stays: the purge removes that waiter when it reaches the head. Bounded work per
+-- call; run by heartbeats (every third of a window while any fairlock waiter waits), not on the
+-- acquire path.
+local function sweep_liveness(deadlines, liveness, window)
+  local lapsed = redis.call('ZRANGEBYSCORE', liveness, '-inf', server_now_ms() - window,
+    'LIMIT', 0, 8)
   for _, waiter in ipairs(lapsed) do
     if not redis.call('ZSCORE', deadlines, waiter) then
       redis.call('ZREM', liveness, waiter)
