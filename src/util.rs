@@ -1,12 +1,12 @@
 //! Small helpers that know nothing about locks. They never spawn a task: whatever they run stays
-//! in the caller's task (and its holder id).
+//! in the caller's task.
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::task::Poll;
 
-/// Polls every future until all are done, in the calling task: no spawn (so the caller's task
-/// stays the default holder, and dropping the join drops every future at once) and no extra crate.
+/// Polls every future until all are done, in the calling task: no spawn (dropping the join drops
+/// every future at once) and no extra crate.
 pub(crate) async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
     let mut running: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
     let mut done: Vec<Option<F::Output>> = running.iter().map(|_| None).collect();

@@ -14,6 +14,7 @@ use crate::engine::lane::Lane;
 use crate::engine::release::{release_logged, What};
 use crate::engine::validity::LostReason;
 use crate::error::Result;
+use crate::util::join_all;
 
 /// Connects, starts the subscriber and the driver, and returns the state they share.
 pub(crate) async fn start(config: Config) -> Result<Arc<Inner>> {
@@ -33,13 +34,33 @@ pub(crate) async fn shutdown(inner: &Inner) {
         return;
     }
     inner.subscriber.wake_all();
-    // Each field in its own line: an operation in flight (an attempt whose grant this call
-    // may then give back itself) ends first, and what comes after finds the client closed.
-    for held in inner.helds.all() {
-        let turn = Lane::enter(&held).await;
-        let _ = release_logged(&held, &turn, What::All).await;
-        turn.with(|a| held.holds_vanished(a, LostReason::Shutdown));
-    }
+    // Every field at once, each in its own line: an operation in flight (an attempt whose grant
+    // this call may then give back itself) ends first, and what comes after finds the client
+    // closed. The wait for a field's turn is bounded: a call whose caller stopped polling it (a
+    // pinned `lock()` future in a `select!` that went elsewhere) keeps its turn for as long as it
+    // is not polled, and shutdown used to wait for it for ever. After one command timeout the
+    // field is left to that call: polled again, it finds the client closed and gives a grant
+    // back itself; dropped, the driver (which keeps running cleanup after shutdown) settles it;
+    // neither, and the hold expires with its lease (nothing renews it any more).
+    let bound = inner.config.command_timeout;
+    join_all(inner.helds.all().into_iter().map(|held| async move {
+        match tokio::time::timeout(bound, Lane::enter(&held)).await {
+            Ok(turn) => {
+                let _ = release_logged(&held, &turn, What::All).await;
+                turn.with(|a| held.holds_vanished(a, LostReason::Shutdown));
+            }
+            Err(_) => {
+                tracing::warn!(
+                    lock = held.name(),
+                    field = &*held.field,
+                    "shutdown: a call of this holder keeps the lock's line and is not being \
+                     polled; its holds expire with their lease"
+                );
+                held.mark_lost(LostReason::Shutdown);
+            }
+        }
+    }))
+    .await;
     let (tx, rx) = oneshot::channel();
     inner.driver.send(Work::Shutdown(tx));
     let _ = rx.await;

@@ -73,8 +73,8 @@ impl Task {
 
     pub(super) async fn run(mut self) {
         let mut acks = Vec::new();
+        let mut next_sweep = None;
         loop {
-            let next_sweep = self.registry.sweep(Instant::now());
             let reconnect_at = (self.conn.is_none() && !self.registry.is_empty())
                 .then(|| Instant::now() + self.backoff);
             let resync_at = self.resync.map(|(at, _)| at);
@@ -95,6 +95,11 @@ impl Task {
                 self.absorb(request, &mut acks);
             }
 
+            // Sweep right before reconciling, so a channel whose linger ran out is unsubscribed
+            // in this same pass. (Sweeping only while computing the next wake-up left the swept
+            // channels dirty until some later request arrived: an idle client stayed subscribed
+            // to its last waiter's channel for ever.)
+            next_sweep = self.registry.sweep(Instant::now());
             if let Some((at, again)) = self.resync {
                 if Instant::now() >= at {
                     self.resync = again.then(|| (Instant::now() + RESYNC_SECOND, false));

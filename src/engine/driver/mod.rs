@@ -101,6 +101,7 @@ impl Driver {
                         self.drain_lazy();
                         self.shutdown();
                         let _ = done.send(());
+                        self.after_shutdown().await;
                         break;
                     }
                     Some(work) => {
@@ -116,6 +117,36 @@ impl Driver {
                     self.fire(&mut due);
                 }
             }
+        }
+    }
+
+    /// After a shutdown: no timers, renewals or heartbeats any more, but what dropped guards and
+    /// dropped waiting calls hand over (a release, a give-up, an attempt in flight) still runs,
+    /// until the last handle of the client is gone. A waiting call dropped just after `shutdown`
+    /// passed its field must still leave the queue: before, the driver had stopped and its
+    /// give-up was lost, leaving the entry for a liveness window (with only Redisson peers left,
+    /// until its score lapsed).
+    async fn after_shutdown(&mut self) {
+        while let Some(work) = self.rx.recv().await {
+            if !matches!(work, Work::Renewed { .. } | Work::Beaten { .. }) {
+                crate::metrics::driver_pending(-1.0);
+            }
+            match work {
+                Work::Abandoned {
+                    attempt,
+                    held,
+                    args,
+                } => settle::abandoned_in_background(attempt, held, args),
+                Work::Finish(fut) => {
+                    tokio::spawn(fut);
+                }
+                Work::Shutdown(done) => {
+                    let _ = done.send(());
+                }
+                _ => {}
+            }
+            // Lazy work (watchdog bookkeeping) has no meaning any more.
+            lock_inbox(&self.lazy).items.clear();
         }
     }
 

@@ -103,6 +103,8 @@ impl DriverHandle {
     /// Hands work to the driver, waking it. Never blocks; silently dropped once the driver has
     /// ended.
     pub(crate) fn send(&self, work: Work) {
+        // Fails only once every handle of the client is gone (the driver outlives a shutdown
+        // for as long as anything can still send it cleanup; see `Driver::run`).
         if self.tx.send(work).is_ok() {
             crate::metrics::driver_pending(1.0);
         }
