@@ -8,6 +8,15 @@ use std::time::Duration;
 
 use crate::error::{duration_ms, Error, Result};
 
+/// The longest duration fairlock sends to Redis (a lease, the watchdog timeout, the waiter
+/// liveness window, the Redisson wait, a timeout): 10^12 ms, about 31.7 years. Longer ones are
+/// refused with [`Error::InvalidArgument`] before any I/O. The limit keeps every number the
+/// scripts compute (server time plus such durations) below 10^14, the largest integer Lua hands
+/// to Redis in plain digits: a larger one is written in exponent form, which `PEXPIRE` rejects,
+/// and a script that failed half way used to leave a key without a TTL (held for ever) or a
+/// queue entry without a deadline.
+pub const MAX_DURATION: Duration = Duration::from_millis(1_000_000_000_000);
+
 /// Default watchdog timeout: the TTL of a lock taken without a lease (Redisson's 30 s).
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default liveness window of a queued fair waiter: a waiter whose client stops refreshing its

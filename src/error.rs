@@ -61,6 +61,21 @@ pub enum Error {
         timeout: Duration,
     },
 
+    /// The holder already holds or waits for this name as the other kind of lock: a
+    /// [`FairLock`](crate::FairLock) and a [`Lock`](crate::Lock) of one name and one holder
+    /// would write one owner field in one hash, and each kind's release would take the other's
+    /// holds away. Nothing was sent. (Different holders may use different kinds on one name;
+    /// they simply exclude each other.)
+    #[error("holder {field:?} already uses lock {name:?} as a {held_as} lock")]
+    KindConflict {
+        /// The lock name.
+        name: String,
+        /// The owner field of the holder.
+        field: String,
+        /// The kind the holder already uses it as: `"fair"` or `"plain"`.
+        held_as: &'static str,
+    },
+
     /// The client was shut down; no further lock operations are possible.
     #[error("the fairlock client was shut down")]
     Shutdown,
@@ -118,11 +133,12 @@ impl Error {
         matches!(self, Error::Redis(e) if e.kind() == redis::ErrorKind::Io)
     }
 
-    /// The lock name or another argument was rejected before anything was sent.
+    /// The lock name or another argument was rejected before anything was sent (including a
+    /// [`KindConflict`](Error::KindConflict)).
     pub fn is_invalid_input(&self) -> bool {
         matches!(
             self,
-            Error::InvalidName { .. } | Error::InvalidArgument { .. }
+            Error::InvalidName { .. } | Error::InvalidArgument { .. } | Error::KindConflict { .. }
         )
     }
 
@@ -163,9 +179,16 @@ pub(crate) fn duration_ms(argument: &'static str, d: Duration) -> Result<i64> {
             format!("{d:?} is shorter than one millisecond"),
         ));
     }
-    i64::try_from(ms).map_err(|_| {
-        Error::invalid_argument(argument, format!("{d:?} does not fit in i64 milliseconds"))
-    })
+    if d > crate::config::MAX_DURATION {
+        return Err(Error::invalid_argument(
+            argument,
+            format!(
+                "{d:?} is longer than the longest duration sent to Redis ({:?})",
+                crate::config::MAX_DURATION
+            ),
+        ));
+    }
+    Ok(ms as i64)
 }
 
 #[cfg(test)]

@@ -391,6 +391,16 @@ pub(crate) enum Kind {
     NonFair,
 }
 
+impl Kind {
+    /// How errors and logs name the kind.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Fair => "fair",
+            Kind::NonFair => "plain",
+        }
+    }
+}
+
 /// What a handle needs to talk about one lock: its kind and every derived name.
 #[derive(Debug)]
 pub(crate) struct LockSpec {

@@ -6,7 +6,9 @@
 //! * [`FairLock`]: waiters are served in arrival order; only the head of the queue is woken.
 //! * [`Lock`]: Redisson's non-fair `RLock`; one release message wakes one local waiter.
 //! * [`RedLock`]: the Redlock algorithm over several independent masters (majority quorum).
-//! * Reentrant per holder (the current tokio task by default), with a hold count.
+//! * Every acquisition call is its own holder, so two calls exclude each other even as futures of
+//!   one task; re-entry is explicit ([`LockGuard::reenter`], or a [`Holder`] shared on purpose),
+//!   with Redisson's reentrant count.
 //! * A watchdog renews locks taken without a lease, from one timer wheel per client, batched; the
 //!   holder is told through [`LockGuard::lost`] the moment the lock can no longer be trusted.
 //! * Waiters sleep on pub/sub messages over **one** subscriber connection per client, never by
@@ -86,13 +88,14 @@ mod util;
 pub use config::{
     Builder, PubSubMode, SyncFailure, DEFAULT_BATCH_SIZE, DEFAULT_COMMAND_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_REDISSON_WAIT, DEFAULT_TIMER_SLOTS, DEFAULT_TIMER_TICK,
-    DEFAULT_WAITER_LIVENESS, DEFAULT_WATCHDOG_TIMEOUT,
+    DEFAULT_WAITER_LIVENESS, DEFAULT_WATCHDOG_TIMEOUT, MAX_DURATION,
 };
 pub use engine::validity::LostReason;
 pub use error::{Error, Result};
 pub use lock::client::Client;
 pub use lock::fair::FairLock;
 pub use lock::guard::LockGuard;
+pub use lock::holder::Holder;
 pub use lock::plain::Lock;
 pub use redlock::{RedLock, RedLockGuard};
 pub use state::{DeadReason, LockState, Owner, QueuedWaiter};

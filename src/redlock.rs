@@ -20,7 +20,7 @@ use crate::engine::validity::LostReason;
 use crate::error::{duration_ms, Error, Result};
 use crate::lock::client::Client;
 use crate::lock::guard::LockGuard;
-use crate::lock::holder;
+use crate::lock::holder::Holder;
 use crate::util::join_all;
 
 /// Fixed part of the default per-master timeout (plus 1 % of the lease).
@@ -47,8 +47,10 @@ const RETRY_DELAY_MIN: Duration = Duration::from_millis(10);
 ///   of one set always share a master, and a master grants the hash to one owner field at a time.
 /// * **Fault tolerance**: up to `N − (N/2 + 1)` masters may be down, slow or partitioned (1 of 3,
 ///   2 of 5) and the lock still works.
-/// * **Reentrancy** per holder (the current tokio task by default; see [`holder`](Self::holder)):
-///   every master re-enters, and each [`RedLockGuard`] is one hold on each master it got.
+/// * **Holders**: every acquisition call is its own holder, so two calls exclude each other
+///   (futures of one task included). Re-entry is explicit: calls through a handle given a
+///   [`Holder`] ([`with_holder`](Self::with_holder)) share one hold; every master re-enters, and
+///   each [`RedLockGuard`] is one hold on each master it got.
 /// * **Watchdog**: a lock taken without a lease is renewed on every master by that master's
 ///   client, as any [`LockGuard`]; the guard is [lost](RedLockGuard::lost) when fewer than a
 ///   majority of its per-master holds are still trusted.
@@ -112,7 +114,8 @@ const RETRY_DELAY_MIN: Duration = Duration::from_millis(10);
 pub struct RedLock {
     name: String,
     masters: Vec<Client>,
-    holder: Option<i64>,
+    /// `None`: every call is its own holder.
+    holder: Option<Holder>,
     node_timeout: Option<Duration>,
     retry_delay: Duration,
 }
@@ -146,11 +149,11 @@ impl RedLock {
         quorum(self.masters.len())
     }
 
-    /// Acts as holder `id` instead of the current tokio task (see
-    /// [`FairLock::holder`](crate::FairLock::holder)), on every master.
+    /// Makes every call through this handle one holder, on every master, so they re-enter
+    /// rather than exclude each other (see [`Holder`]; without it every call is its own holder).
     #[must_use = "builder methods return the changed value; the original is unchanged"]
-    pub fn holder(mut self, id: i64) -> Self {
-        self.holder = Some(id);
+    pub fn with_holder(mut self, holder: Holder) -> Self {
+        self.holder = Some(holder);
         self
     }
 
@@ -199,7 +202,7 @@ impl RedLock {
     ///
     /// # Errors
     /// As [`lock`](Self::lock); [`Error::InvalidArgument`] also for a lease under 3 ms (no
-    /// validity would be left after the drift margin) or beyond `i64` milliseconds.
+    /// validity would be left after the drift margin) or longer than [`MAX_DURATION`](crate::MAX_DURATION).
     ///
     /// # Cancel safety
     /// Cancel safe, as [`lock`](Self::lock).
@@ -367,14 +370,14 @@ impl RedLock {
                 ));
             }
         }
-        // Computed once, in the caller's task, so every master sees the same holder.
-        let holder = self.holder.unwrap_or_else(holder::current);
+        // Chosen once per call, so every master sees the same holder.
+        let holder = self.holder.unwrap_or_else(Holder::mint);
         let deadline = wait.and_then(|w| Instant::now().checked_add(w));
         let span = tracing::debug_span!(
             "redlock",
             lock = self.name.as_str(),
             masters = self.masters.len(),
-            holder
+            holder = holder.id()
         );
         let attempt = Attempt {
             lock: self,
@@ -391,7 +394,7 @@ impl RedLock {
 /// One acquisition's fixed parameters.
 struct Attempt<'a> {
     lock: &'a RedLock,
-    holder: i64,
+    holder: Holder,
     /// As asked: `None` is the watchdog.
     lease: Option<Duration>,
     /// The lease the validity is computed from.
@@ -514,7 +517,7 @@ impl Attempt<'_> {
     /// the background.
     async fn round(&self) -> Vec<Node> {
         join_all(self.lock.masters.iter().map(|client| {
-            let lock = client.lock(self.lock.name.clone()).holder(self.holder);
+            let lock = client.lock(self.lock.name.clone()).with_holder(self.holder);
             let (lease, timeout) = (self.lease, self.node_timeout);
             async move {
                 match tokio::time::timeout(timeout, lock.try_lock(Duration::ZERO, lease)).await {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fairlock::Client;
 use redis::Commands;
-use support::{queue_len, wait_until, RedisServer};
+use support::{queue_len, wait_until, wait_until_async, RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twelve_waiters_over_three_clients_are_served_in_arrival_order() {
@@ -262,4 +262,137 @@ async fn heartbeats_of_fairlock_waiters_never_walk_the_queue() {
         t.await.unwrap();
     }
     assert_eq!(queue_len(&mut raw, "beats"), 0);
+}
+
+/// Review defect 9: after its last waiter left, a channel lingers (3 s) and is then
+/// unsubscribed, also when the client stays idle from then on. The sweep used to mark the
+/// channel for unsubscribing without acting on it until some later request came, so an idle
+/// client listened on its last cancelled waiter's channel for ever.
+#[tokio::test(flavor = "current_thread")]
+async fn an_idle_client_drops_a_cancelled_waiters_channel_after_its_linger() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let owner = Client::connect(&server.url()).await.unwrap();
+    let c = Client::connect(&server.url()).await.unwrap();
+    for fair in [true, false] {
+        let name = if fair { "linger-fair" } else { "linger-plain" };
+        let held = if fair {
+            owner.fair_lock(name).lock().await.unwrap()
+        } else {
+            owner.lock(name).lock().await.unwrap()
+        };
+        let timed_out = if fair {
+            tokio::time::timeout(Duration::from_millis(300), c.fair_lock(name).lock()).await
+        } else {
+            tokio::time::timeout(Duration::from_millis(300), c.lock(name).lock()).await
+        };
+        assert!(timed_out.is_err(), "{name}: the lock is held");
+        let pattern = format!("{}*", support::release_channel(name));
+        let subscribed = |raw: &mut redis::Connection| -> Vec<String> {
+            redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .arg(&pattern)
+                .query(raw)
+                .unwrap()
+        };
+        assert!(
+            !subscribed(&mut raw).is_empty(),
+            "{name}: the waiter subscribed before it was cancelled"
+        );
+        // The client stays idle from here on: no call, no message. (An async wait: on this
+        // current-thread runtime a blocking one would stop the client's own tasks.)
+        wait_until_async(Duration::from_secs(10), "the channel unsubscribed", || {
+            let empty = subscribed(&mut raw).is_empty();
+            async move { empty }
+        })
+        .await;
+        held.unlock().await.unwrap();
+    }
+}
+
+/// Review defect 2: an attempt that finds its waiter no longer queued used to put it back at the
+/// head, assuming a purge had taken it as a dead head. Here two calls of one holder share an
+/// entry among other waiters (`w1 w0 H w2`); the first call is dropped and gives the entry up
+/// while the second still waits. The second must rejoin at the tail (`w1 w0 w2 H`), not jump to
+/// the head ahead of everyone: only a waiter purged as a dead head while alive (it leaves a
+/// tombstone) goes back to the head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_shared_entry_was_given_up_rejoins_at_the_tail() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let monitor = support::Monitor::start(server.port());
+    let owner = Client::connect(&server.url()).await.unwrap();
+    let c1 = Client::connect(&server.url()).await.unwrap();
+    let c2 = Client::connect(&server.url()).await.unwrap();
+    // Heartbeats every 100 ms: the second call learns at once that its entry is gone.
+    let c = Client::builder()
+        .standalone(server.url())
+        .waiter_liveness(Duration::from_millis(300))
+        .timer_tick(Duration::from_millis(10))
+        .build()
+        .await
+        .unwrap();
+    let held = owner.fair_lock("sib").lock().await.unwrap();
+    let spawn_waiter = |client: &Client| {
+        let lock = client.fair_lock("sib");
+        tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+    };
+    // Two waiters ahead, so H is never second in line (the second is woken to re-check).
+    let w1 = spawn_waiter(&c1);
+    wait_until(Duration::from_secs(10), "w1 queued", || {
+        queue_len(&mut raw, "sib") == 1
+    });
+    let w0 = spawn_waiter(&c2);
+    wait_until(Duration::from_secs(10), "w0 queued", || {
+        queue_len(&mut raw, "sib") == 2
+    });
+    let shared = c.fair_lock("sib").with_holder(c.holder());
+    let first = {
+        let lock = shared.clone();
+        tokio::spawn(async move { lock.lock().await })
+    };
+    wait_until(Duration::from_secs(10), "H queued", || {
+        queue_len(&mut raw, "sib") == 3
+    });
+    let queue: Vec<String> = raw.lrange(support::queue_key("sib"), 0, -1).unwrap();
+    let h = queue[2].clone();
+    let w2 = spawn_waiter(&c1);
+    wait_until(Duration::from_secs(10), "w2 queued", || {
+        queue_len(&mut raw, "sib") == 4
+    });
+    let w1_field = queue[0].clone();
+    let since = std::time::Instant::now();
+    let second = {
+        let lock = shared.clone();
+        tokio::spawn(async move { lock.lock().await })
+    };
+    // The second call's first attempt found the shared entry (mode "queue", H's field).
+    let first_attempt = [format!("\"{h}\""), "\"queue\"".to_owned()];
+    let needles: Vec<&str> = first_attempt.iter().map(String::as_str).collect();
+    wait_until(
+        Duration::from_secs(10),
+        "the second call's first attempt",
+        || monitor.count_since(since, &needles) >= 1,
+    );
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    // The give-up removes H; the second call's next attempt puts it back.
+    let requeue = [format!("\"{h}\""), "\"requeue\"".to_owned()];
+    let needles: Vec<&str> = requeue.iter().map(String::as_str).collect();
+    wait_until(Duration::from_secs(10), "H back in the queue", || {
+        let q: Vec<String> = raw.lrange(support::queue_key("sib"), 0, -1).unwrap();
+        q.len() == 4 && q.contains(&h) && monitor.count_since(since, &needles) >= 1
+    });
+    let queue: Vec<String> = raw.lrange(support::queue_key("sib"), 0, -1).unwrap();
+    assert_eq!(queue[0], w1_field, "nobody overtook w1: {queue:?}");
+    assert_eq!(
+        queue[3], h,
+        "the second call rejoined at the tail: {queue:?}"
+    );
+    held.unlock().await.unwrap();
+    w1.await.unwrap();
+    w0.await.unwrap();
+    w2.await.unwrap();
+    second.await.unwrap().unwrap().unlock().await.unwrap();
+    assert_eq!(queue_len(&mut raw, "sib"), 0);
 }

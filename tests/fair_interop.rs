@@ -365,7 +365,9 @@ async fn joining_scores_stay_within_a_redisson_chain_of_the_queue_length() {
     // Two of ours queued behind the Java waiter at any time; the older one leaves, a new one
     // joins, twelve times over.
     let join = |id: i64| {
-        let lock = c.fair_lock("churn").holder(id);
+        let lock = c
+            .fair_lock("churn")
+            .with_holder(fairlock::Holder::from_raw(id).unwrap());
         tokio::spawn(async move { lock.lock().await })
     };
     let field = |id: i64| format!("{}:{id}", c.id().hyphenated());
@@ -407,4 +409,51 @@ async fn joining_scores_stay_within_a_redisson_chain_of_the_queue_length() {
         task.abort();
     }
     holder.unlock().await.unwrap();
+}
+
+/// Review defect 7, the queue side: with the longest Redisson wait a client accepts and a
+/// hundred Redisson waiters ahead, a joining fairlock waiter's deadline (one wait per waiter
+/// ahead) passes 10^14 ms. Lua wrote that number in exponent form, `PEXPIRE` failed after the
+/// waiter had been pushed, and the queue kept an entry without a deadline (which breaks
+/// Redisson's own purge). The scripts cap what they compute: the call just waits, and the queue
+/// and the deadline set hold the same waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_redisson_wait_behind_many_java_waiters_writes_whole_scripts() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = Client::builder()
+        .standalone(server.url())
+        .redisson_wait(fairlock::MAX_DURATION)
+        .build()
+        .await
+        .unwrap();
+    let far = server_now_ms(&mut raw) + 3_600_000;
+    let _: () = raw.hset("huge", JAVA, 1).unwrap();
+    let _: () = raw.pexpire("huge", 60_000).unwrap();
+    for i in 0..100 {
+        let waiter = format!("6c1b4f5e-0d0a-4c1e-9a51-5b8f8e0f2a11:{}", 1000 + i);
+        let _: () = raw.rpush(support::queue_key("huge"), &waiter).unwrap();
+        let _: () = raw
+            .zadd(support::timeout_key("huge"), &waiter, far + i)
+            .unwrap();
+    }
+    let got = c
+        .fair_lock("huge")
+        .try_lock(Duration::from_millis(200), None)
+        .await
+        .expect("no script fails half way");
+    assert!(got.is_none());
+    // Our give-up runs in the background; then the 100 Java waiters are left, each with a score.
+    wait_until(Duration::from_secs(5), "our waiter left", || {
+        support::queue_len(&mut raw, "huge") == 100
+    });
+    let queued: Vec<String> = raw.lrange(support::queue_key("huge"), 0, -1).unwrap();
+    for w in &queued {
+        let score: Option<f64> = raw.zscore(support::timeout_key("huge"), w).unwrap();
+        assert!(score.is_some(), "{w} is queued without a deadline");
+    }
+    assert_eq!(
+        raw.zcard::<_, usize>(support::timeout_key("huge")).unwrap(),
+        100
+    );
 }

@@ -147,7 +147,7 @@ async fn reentry_counts_holds_and_releases_on_the_last() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let mut raw = server.conn();
-    let lock = c.fair_lock("re");
+    let lock = c.fair_lock("re").with_holder(c.holder());
 
     let g1 = lock.lock().await.unwrap();
     let g2 = lock.lock().await.unwrap();
@@ -180,9 +180,10 @@ async fn reentry_counts_holds_and_releases_on_the_last() {
     g1.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
 
-    // Another task is another holder: it must wait, not re-enter.
+    // A call without the holder, in another task, is another holder: it must wait, not
+    // re-enter.
     let g = lock.lock().await.unwrap();
-    let l2 = lock.clone();
+    let l2 = c.fair_lock("re");
     let other_task = tokio::spawn(async move {
         l2.try_lock(Duration::from_millis(50), None)
             .await
@@ -191,11 +192,13 @@ async fn reentry_counts_holds_and_releases_on_the_last() {
     });
     assert!(
         !other_task.await.unwrap(),
-        "a different task is a different holder"
+        "a call without the holder is a different holder"
     );
     g.unlock().await.unwrap();
     // ... unless it uses an explicit shared holder id.
-    let shared = lock.clone().holder(77);
+    let shared = lock
+        .clone()
+        .with_holder(fairlock::Holder::from_raw(77).unwrap());
     let a = shared.lock().await.unwrap();
     let shared2 = shared.clone();
     let b = tokio::spawn(async move { shared2.lock().await.unwrap() })
@@ -219,16 +222,10 @@ async fn unlock_by_a_non_holder_is_not_held() {
     let taken = b.fair_lock("owned").lock().await.unwrap();
     let err = guard.unlock().await.unwrap_err();
     assert!(err.is_not_held(), "{err:?}");
-    // The other holder is untouched.
-    // hold_count is per holder: this test body is one holder, a spawned task another.
+    // The other holder is untouched. A handle without a holder counts its client's holds.
     assert_eq!(b.fair_lock("owned").hold_count().await.unwrap(), 1);
-    let probe = b.fair_lock("owned");
-    assert_eq!(
-        tokio::spawn(async move { probe.hold_count().await.unwrap() })
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(taken.hold_count(), 1);
+    assert_eq!(a.fair_lock("owned").hold_count().await.unwrap(), 0);
     assert!(b.fair_lock("owned").is_locked().await.unwrap());
     let state = b.fair_lock("owned").state().await.unwrap();
     assert_eq!(state.owners[0].field, taken.owner_field());
@@ -299,20 +296,15 @@ async fn try_lock_times_out_and_leaves_the_queue() {
     let b = client(&server).await;
     let mut raw = server.conn();
     let guard = a.fair_lock("busy").lock().await.unwrap();
-    let got = b
-        .fair_lock("busy")
+    let lock = b.fair_lock("busy").with_holder(b.holder());
+    let got = lock
         .try_lock(Duration::from_millis(200), None)
         .await
         .unwrap();
     assert!(got.is_none());
     // The give-up runs in the background, before this holder's next call on the lock: a zero
     // wait (which never joins the queue) comes after it.
-    assert!(b
-        .fair_lock("busy")
-        .try_lock(Duration::ZERO, None)
-        .await
-        .unwrap()
-        .is_none());
+    assert!(lock.try_lock(Duration::ZERO, None).await.unwrap().is_none());
     assert_eq!(
         raw.llen::<_, i64>("redisson_lock_queue:{busy}").unwrap(),
         0,
@@ -432,4 +424,57 @@ fn guards_and_futures_are_send_sync_static() {
         send(&guard.unlock());
     }
     let _ = futures;
+}
+
+/// Review defect 7, the lease side: a lease Redis cannot take (here ~3 million years, which Lua
+/// would hand to `PEXPIRE` in exponent form after `HSET` ran) used to be refused by Redis half
+/// way, leaving the key held with no TTL, for ever. Every duration is checked before any I/O.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_redis_cannot_take_is_refused_before_anything_is_written() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut raw = server.conn();
+    let too_long = Duration::from_millis(100_000_000_000_000_000);
+    for fair in [true, false] {
+        let name = if fair {
+            "eternal-fair"
+        } else {
+            "eternal-plain"
+        };
+        let result = if fair {
+            c.fair_lock(name)
+                .try_lock(Duration::ZERO, Some(too_long))
+                .await
+        } else {
+            c.lock(name).try_lock(Duration::ZERO, Some(too_long)).await
+        };
+        assert!(result.unwrap_err().is_invalid_input(), "{name}");
+        assert!(!raw.exists::<_, bool>(name).unwrap(), "{name} was written");
+        // The longest accepted lease works, and the key carries it as its TTL.
+        let g = if fair {
+            c.fair_lock(name)
+                .lock_with_lease(fairlock::MAX_DURATION)
+                .await
+        } else {
+            c.lock(name).lock_with_lease(fairlock::MAX_DURATION).await
+        }
+        .unwrap();
+        let pttl: i64 = raw.pttl(name).unwrap();
+        assert!(pttl > 900_000_000_000, "{name}: {pttl}");
+        g.unlock().await.unwrap();
+    }
+    for bad in [
+        Client::builder()
+            .standalone(server.url())
+            .redisson_wait(fairlock::MAX_DURATION + Duration::from_millis(1))
+            .build()
+            .await,
+        Client::builder()
+            .standalone(server.url())
+            .waiter_liveness(Duration::from_secs(u64::MAX / 2))
+            .build()
+            .await,
+    ] {
+        assert!(bad.unwrap_err().is_invalid_input());
+    }
 }

@@ -112,7 +112,7 @@ async fn an_acquisition_whose_reply_was_lost_is_taken_up_not_added_to() {
     }
 }
 
-/// Two calls of one holder (`.holder(77)`), the first of which lost its reply: the second waits
+/// Two calls of one holder (`with_holder`), the first of which lost its reply: the second waits
 /// for the first to be settled and re-enters; neither takes the other's grant, and releasing
 /// both leaves nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,7 +121,9 @@ async fn calls_sharing_a_holder_id_never_take_each_others_grants() {
     let mut raw = server.conn();
     let proxy = Proxy::start(server.port());
     let c = proxied(&proxy).await;
-    let lock = c.fair_lock("shared-77").holder(77);
+    let lock = c
+        .fair_lock("shared-77")
+        .with_holder(fairlock::Holder::from_raw(77).unwrap());
     lock.lock().await.unwrap().unlock().await.unwrap();
     proxy.set_blackhole_replies(true);
     let first = {
@@ -261,7 +263,9 @@ async fn a_call_after_a_failed_give_up_joins_at_the_tail() {
         .unwrap();
 
     // Our waiter queues first...
-    let lock = cut_off.fair_lock("after-give-up").holder(5);
+    let lock = cut_off
+        .fair_lock("after-give-up")
+        .with_holder(fairlock::Holder::from_raw(5).unwrap());
     let first = {
         let lock = lock.clone();
         tokio::spawn(async move { lock.try_lock(Duration::from_millis(1500), None).await })
@@ -364,7 +368,9 @@ async fn a_new_call_never_takes_the_place_its_field_left_in_the_queue() {
         raw.llen::<_, i64>(queue).unwrap() == 2
     });
 
-    let lock = ours_client.fair_lock(name).holder(7);
+    let lock = ours_client
+        .fair_lock(name)
+        .with_holder(fairlock::Holder::from_raw(7).unwrap());
     behind_theirs(&mut raw, queue, &ours, lock, holder, theirs).await;
     let left: i64 = raw.exists(queue).unwrap();
     assert_eq!(left, 0, "nothing queued at the end");

@@ -15,7 +15,7 @@ async fn lock_uses_the_rlock_layout_and_reenters() {
     let server = RedisServer::start();
     let mut raw = server.conn();
     let c = Client::connect(&server.url()).await.unwrap();
-    let lock = c.lock("plain-lock");
+    let lock = c.lock("plain-lock").with_holder(c.holder());
     let g1 = lock.lock().await.unwrap();
     let g2 = lock.lock_with_lease(Duration::from_secs(9)).await.unwrap();
     let hash: Vec<(String, i64)> = raw.hgetall("plain-lock").unwrap();
@@ -162,7 +162,7 @@ async fn fencing_tokens_strictly_increase_across_holders_clients_and_kinds() {
         let t = g.fencing_token().unwrap();
         assert!(t > last, "{t} after {last}");
         // A re-entry is an acquisition too.
-        let again = client.fair_lock("fenced").fenced().lock().await.unwrap();
+        let again = g.reenter(None).await.unwrap();
         assert!(again.fencing_token().unwrap() > t);
         last = again.fencing_token().unwrap();
         drop(again);
@@ -210,14 +210,14 @@ async fn a_retried_unlock_never_decrements_twice() {
     c.lock("warm").lock().await.unwrap().unlock().await.unwrap();
     for (kind, name) in [("fair", "resent-fair"), ("plain", "resent-plain")] {
         let (g1, g2, g3) = if kind == "fair" {
-            let l = c.fair_lock(name);
+            let l = c.fair_lock(name).with_holder(c.holder());
             (
                 l.lock().await.unwrap(),
                 l.lock().await.unwrap(),
                 l.lock().await.unwrap(),
             )
         } else {
-            let l = c.lock(name);
+            let l = c.lock(name).with_holder(c.holder());
             (
                 l.lock().await.unwrap(),
                 l.lock().await.unwrap(),

@@ -296,7 +296,7 @@ async fn a_short_lease_reentry_never_shortens_a_watchdog_hold() {
     let mut raw = server.conn();
     let a = client(&server).await;
     let b = client(&server).await;
-    let lock = a.fair_lock("mixed-1");
+    let lock = a.fair_lock("mixed-1").with_holder(a.holder());
     let w = lock.lock().await.unwrap();
     let f = lock
         .lock_with_lease(Duration::from_millis(300))
@@ -334,7 +334,7 @@ async fn a_watchdog_reentry_never_shortens_a_long_fixed_lease() {
         .await
         .unwrap();
     let b = client(&server).await;
-    let lock = a.lock("mixed-2");
+    let lock = a.lock("mixed-2").with_holder(a.holder());
     let f = lock.lock_with_lease(Duration::from_secs(4)).await.unwrap();
     let w = lock.lock().await.unwrap();
     assert!(raw.pttl::<_, i64>("mixed-2").unwrap() > 3_000);
@@ -365,7 +365,7 @@ async fn two_fixed_leases_keep_the_longer_then_the_remaining_one() {
     let server = RedisServer::start();
     let mut raw = server.conn();
     let a = client(&server).await;
-    let lock = a.fair_lock("mixed-3");
+    let lock = a.fair_lock("mixed-3").with_holder(a.holder());
     let short = lock
         .lock_with_lease(Duration::from_millis(800))
         .await
@@ -390,7 +390,9 @@ async fn a_cancelled_reentry_gives_back_only_its_own_grant() {
     let mut raw = server.conn();
     let a = client(&server).await;
     let b = client(&server).await;
-    let lock = a.fair_lock("mixed-4").holder(7);
+    let lock = a
+        .fair_lock("mixed-4")
+        .with_holder(fairlock::Holder::from_raw(7).unwrap());
     let w = lock.lock().await.unwrap();
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
@@ -560,7 +562,9 @@ async fn a_queued_release_never_takes_a_later_grant_of_the_same_holder() {
     let mut raw = server.conn();
     let a = client(&server).await;
     let b = client(&server).await;
-    let lock = a.fair_lock("stale-release").holder(7);
+    let lock = a
+        .fair_lock("stale-release")
+        .with_holder(fairlock::Holder::from_raw(7).unwrap());
     let first = lock.lock_with_lease(Duration::from_secs(10)).await.unwrap();
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
@@ -611,7 +615,7 @@ async fn a_queued_release_never_takes_a_later_grant_of_the_same_holder() {
     assert!(!raw.exists::<_, bool>("stale-release").unwrap());
 }
 
-/// Two guards of one holder id (shared, as `.holder(n)` allows), one taken by the watchdog and one
+/// Two guards of one holder id (shared through `with_holder`), one taken by the watchdog and one
 /// with a lease: the first is dropped and the second unlocked at once. The drop's release runs
 /// first and must give back only its own hold; the unlock then releases the last one, reports
 /// success, and the lock is free. (The torture test found the drop's release taking both holds,
@@ -624,14 +628,18 @@ async fn a_dropped_guard_never_releases_the_hold_of_a_guard_unlocked_after_it() 
     for fair in [false, true] {
         let name = if fair { "shared-fair" } else { "shared-plain" };
         let (first, second) = if fair {
-            let lock = a.fair_lock(name).holder(77);
+            let lock = a
+                .fair_lock(name)
+                .with_holder(fairlock::Holder::from_raw(77).unwrap());
             let first = lock.lock().await.unwrap();
             (
                 first,
                 lock.lock_with_lease(Duration::from_secs(10)).await.unwrap(),
             )
         } else {
-            let lock = a.lock(name).holder(77);
+            let lock = a
+                .lock(name)
+                .with_holder(fairlock::Holder::from_raw(77).unwrap());
             let first = lock.lock().await.unwrap();
             (
                 first,
@@ -661,4 +669,151 @@ fn wait_until_the_pause_holds_an_attempt(server: &RedisServer) {
                 .is_some_and(|n| n >= 1)
         },
     );
+}
+
+/// Review defect 3: `shutdown()` of a client that holds nothing while one of its fair calls
+/// waits. The waiting call's give-up used to reach a driver that had already stopped, so the
+/// entry stayed queued for a liveness window (60 s here; with only Redisson peers left, until its
+/// score lapsed). Now it leaves at once, on a current-thread runtime too.
+#[tokio::test(flavor = "current_thread")]
+async fn shutdown_of_a_client_that_holds_nothing_takes_its_waiters_out_of_the_queue() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let holder = client(&server).await;
+    let c = Client::builder()
+        .standalone(server.url())
+        .waiter_liveness(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    let held = holder.fair_lock("bye-queue").lock().await.unwrap();
+    let waiter = {
+        let lock = c.fair_lock("bye-queue");
+        tokio::spawn(async move { lock.lock().await })
+    };
+    wait_until_async(Duration::from_secs(10), "the waiter queued", || {
+        let n = queue_len(&mut raw, "bye-queue");
+        async move { n == 1 }
+    })
+    .await;
+    c.shutdown().await;
+    assert!(waiter.await.unwrap().unwrap_err().is_shutdown());
+    wait_until_async(Duration::from_secs(5), "the waiter left the queue", || {
+        let n = queue_len(&mut raw, "bye-queue");
+        let z: i64 = raw.zcard(support::timeout_key("bye-queue")).unwrap();
+        async move { n == 0 && z == 0 }
+    })
+    .await;
+    held.unlock().await.unwrap();
+    assert!(!raw.exists::<_, bool>("bye-queue").unwrap());
+}
+
+/// Review defect 4: a `lock()` future that is alive but no longer polled (pinned in a
+/// `select!` that went on with something else) while its attempt is in flight used to hold its
+/// field's line, and `shutdown()` waited for that turn for ever. Shutdown is bounded (about five
+/// command timeouts); the abandoned call gives its grant back once it is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_never_waits_for_a_call_nobody_polls() {
+    for fair in [true, false] {
+        let name = if fair {
+            "unpolled-fair"
+        } else {
+            "unpolled-plain"
+        };
+        let server = RedisServer::start();
+        let mut raw = server.conn();
+        let c = Client::builder()
+            .standalone(server.url())
+            .command_timeout(Duration::from_millis(400))
+            .build()
+            .await
+            .unwrap();
+        try_now(&c, fair, "warm")
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(2_000)
+            .arg("WRITE")
+            .query(&mut raw)
+            .unwrap();
+        let fair_lock = c.fair_lock(name);
+        let plain_lock = c.lock(name);
+        let mut call = Box::pin(async {
+            if fair {
+                fair_lock.lock().await
+            } else {
+                plain_lock.lock().await
+            }
+        });
+        // Polled until its attempt is in flight, then left alone (still alive).
+        tokio::select! {
+            biased;
+            _ = &mut call => panic!("{name}: the attempt cannot finish during the pause"),
+            _ = wait_until_async(Duration::from_secs(5), "the attempt held by the pause", || {
+                let blocked = info_field(&server.info("clients"), "blocked_clients")
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0);
+                async move { blocked >= 1 }
+            }) => {}
+        }
+        tokio::time::timeout(Duration::from_secs(10), c.shutdown())
+            .await
+            .unwrap_or_else(|_| panic!("{name}: shutdown waited for a call nobody polls"));
+        assert!(c.is_shutdown());
+        let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut raw).unwrap();
+        // Dropping the call hands its attempt to the background, which gives a grant back.
+        drop(call);
+        wait_until(Duration::from_secs(10), "the late grant given back", || {
+            !raw.exists::<_, bool>(name).unwrap()
+        });
+    }
+}
+
+/// Review defect 6: a bounded call of a holder whose earlier work on the lock still holds the
+/// field's line (here the release of a dropped guard, retrying while Redis is frozen, which
+/// keeps the line for up to three command timeouts) used to wait for that work past its own
+/// wait. Now the wait for the line is bounded by the call's deadline; nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_call_never_waits_past_its_deadline_behind_its_holders_release() {
+    let server = RedisServer::start();
+    let c = Client::builder()
+        .standalone(server.url())
+        .command_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    for fair in [true, false] {
+        let name = if fair { "behind-fair" } else { "behind-plain" };
+        let me = c.holder();
+        let (guard, again) = if fair {
+            let lock = c.fair_lock(name).with_holder(me);
+            (lock.lock().await.unwrap(), Err(lock))
+        } else {
+            let lock = c.lock(name).with_holder(me);
+            (lock.lock().await.unwrap(), Ok(lock))
+        };
+        server.pause();
+        drop(guard); // its release now retries in the background, holding the field's line
+        let started = std::time::Instant::now();
+        let result = match &again {
+            Err(fair) => fair.try_lock(Duration::from_millis(200), None).await,
+            Ok(plain) => plain.try_lock(Duration::from_millis(200), None).await,
+        };
+        let took = started.elapsed();
+        server.resume();
+        assert!(result.unwrap().is_none(), "{name}");
+        // The release alone keeps the line for at least six seconds here.
+        assert!(
+            took < Duration::from_secs(3),
+            "{name}: returned after {took:?}"
+        );
+        let mut raw = server.conn();
+        wait_until(Duration::from_secs(20), "the release ran", || {
+            !raw.exists::<_, bool>(name).unwrap()
+        });
+    }
 }

@@ -147,7 +147,7 @@ async fn a_call_that_ended_after_a_lost_reply_leaves_its_grant_to_the_holders_ne
     let server = RedisServer::start();
     let command_timeout = Duration::from_millis(300);
     let c = client(&server, command_timeout).await;
-    let lock = c.fair_lock("lost-then-retry");
+    let lock = c.fair_lock("lost-then-retry").with_holder(c.holder());
     lock.lock().await.unwrap().unlock().await.unwrap();
     server.pause();
     // Frozen for the whole wait: the call fails, but its first attempt runs once Redis thaws.
@@ -186,7 +186,7 @@ async fn unlock_retries_through_a_short_freeze_and_releases_once() {
     let retries = EventCount::watch("retrying release", "frozen-unlock");
     let server = RedisServer::start();
     let c = client(&server, Duration::from_millis(500)).await;
-    let lock = c.fair_lock("frozen-unlock");
+    let lock = c.fair_lock("frozen-unlock").with_holder(c.holder());
     // Held twice: releasing one hold twice (the timed-out send and its retry both run once Redis
     // thaws) would free the lock; the request latch must make the retry a no-op.
     let outer = lock.lock().await.unwrap();

@@ -458,7 +458,9 @@ async fn run_mixed_queue(
             Arrival::Rust {
                 holder, wait_ms, ..
             } => {
-                let lock = client.fair_lock(name).holder(holder);
+                let lock = client
+                    .fair_lock(name)
+                    .with_holder(fairlock::Holder::from_raw(holder).unwrap());
                 let (served, owners, name) = (served.clone(), owner_probe.clone(), name.to_owned());
                 tokio::spawn(async move {
                     let guard = match wait_ms {
@@ -622,8 +624,12 @@ async fn reentry_is_refused_across_the_boundary(
         let java7 = peer.field(7);
         let rust7 = format!("{}:7", client.id().hyphenated());
         let (fair, plain) = (
-            client.fair_lock(name.clone()).holder(7),
-            client.lock(name.clone()).holder(7),
+            client
+                .fair_lock(name.clone())
+                .with_holder(fairlock::Holder::from_raw(7).unwrap()),
+            client
+                .lock(name.clone())
+                .with_holder(fairlock::Holder::from_raw(7).unwrap()),
         );
         let try_rust = |wait: Duration| {
             let (fair, plain) = (fair.clone(), plain.clone());
@@ -713,13 +719,23 @@ async fn java_force_unlock_of_a_rust_hold(peer: &JavaPeer, client: &Client, prob
         let name = format!("forced-by-java-{kind}");
         let (held, waiting) = if kind == "fair" {
             let fair = client.fair_lock(name.clone());
-            let g = fair.clone().holder(1).lock().await.unwrap();
-            let w = fair.holder(2);
+            let g = fair
+                .clone()
+                .with_holder(fairlock::Holder::from_raw(1).unwrap())
+                .lock()
+                .await
+                .unwrap();
+            let w = fair.with_holder(fairlock::Holder::from_raw(2).unwrap());
             (g, tokio::spawn(async move { w.lock().await.unwrap() }))
         } else {
             let plain = client.lock(name.clone());
-            let g = plain.clone().holder(1).lock().await.unwrap();
-            let w = plain.holder(2);
+            let g = plain
+                .clone()
+                .with_holder(fairlock::Holder::from_raw(1).unwrap())
+                .lock()
+                .await
+                .unwrap();
+            let w = plain.with_holder(fairlock::Holder::from_raw(2).unwrap());
             (g, tokio::spawn(async move { w.lock().await.unwrap() }))
         };
         let waiter_field = format!("{}:2", client.id().hyphenated());
@@ -1041,7 +1057,7 @@ async fn fencing_tokens_are_shared(peer: &JavaPeer, client: &Client, probe: &mut
     let fair = client.fair_lock(name).fenced();
     let g = fair.lock().await.unwrap();
     tokens.push(("Rust fair lock".into(), g.fencing_token().unwrap()));
-    let g2 = fair.lock().await.unwrap();
+    let g2 = g.reenter(None).await.unwrap();
     tokens.push(("Rust fair reentry".into(), g2.fencing_token().unwrap()));
     drop(g2);
     g.unlock().await.unwrap();
@@ -1308,7 +1324,9 @@ async fn a_dead_rust_waiter_ahead_of_a_java_waiter_is_purged_while_a_fairlock_cl
     wait_until(Duration::from_secs(10), "the Java waiter queued", || {
         probe.queue(name) == [dead.clone(), f2.clone()]
     });
-    let live = client.fair_lock(name).holder(3);
+    let live = client
+        .fair_lock(name)
+        .with_holder(fairlock::Holder::from_raw(3).unwrap());
     let live_field = format!("{}:3", client.id().hyphenated());
     let live_waiter = tokio::spawn(async move { live.lock().await.unwrap() });
     wait_until(
@@ -1688,7 +1706,9 @@ async fn sentinel_hand_overs_and_a_failover_under_a_java_holder() {
     peer.call(&format!("lock fair {name} 1 -1"))
         .await
         .ok("Java holder");
-    let lock = client.fair_lock(name).holder(2);
+    let lock = client
+        .fair_lock(name)
+        .with_holder(fairlock::Holder::from_raw(2).unwrap());
     let rust_field = format!("{}:2", client.id().hyphenated());
     let waiter = tokio::spawn(async move {
         let g = lock.lock().await.unwrap();
@@ -1792,7 +1812,9 @@ async fn sentinel_failover_that_lost_the_java_hold_gives_two_holders_until_the_n
     peer.call(&format!("lock fair {name} 1 -1"))
         .await
         .ok("Java holder");
-    let lock = client.fair_lock(name).holder(2);
+    let lock = client
+        .fair_lock(name)
+        .with_holder(fairlock::Holder::from_raw(2).unwrap());
     let waiter = tokio::spawn(async move {
         let g = lock.lock().await.unwrap();
         (Instant::now(), g)

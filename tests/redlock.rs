@@ -40,7 +40,8 @@ fn exists(server: &RedisServer) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquires_on_every_master_excludes_others_and_unlocks_everywhere() {
     let (servers, clients) = masters(3).await;
-    let red = RedLock::new(clients.clone(), NAME).holder(1);
+    let red =
+        RedLock::new(clients.clone(), NAME).with_holder(fairlock::Holder::from_raw(1).unwrap());
     assert_eq!((red.masters(), red.quorum()), (3, 2));
     let guard = red
         .try_lock(Duration::from_secs(2), Some(LEASE))
@@ -60,7 +61,8 @@ async fn acquires_on_every_master_excludes_others_and_unlocks_everywhere() {
         assert!((9_000..=10_000).contains(&pttl), "{pttl}");
     }
 
-    let other = RedLock::new(clients_for(&servers).await, NAME).holder(1);
+    let other = RedLock::new(clients_for(&servers).await, NAME)
+        .with_holder(fairlock::Holder::from_raw(1).unwrap());
     assert!(other
         .try_lock(Duration::from_millis(200), Some(LEASE))
         .await
@@ -144,7 +146,8 @@ async fn two_of_three_masters_down_is_quorum_not_reached_within_the_wait() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_majority_held_elsewhere_blocks_and_partial_grants_are_released() {
     let (servers, clients) = masters(3).await;
-    let first = RedLock::new(clients.clone(), NAME).holder(1);
+    let first =
+        RedLock::new(clients.clone(), NAME).with_holder(fairlock::Holder::from_raw(1).unwrap());
     let held = first
         .try_lock(Duration::from_secs(2), Some(LEASE))
         .await
@@ -155,7 +158,8 @@ async fn a_majority_held_elsewhere_blocks_and_partial_grants_are_released() {
     assert!(!held.is_lost(), "a majority is still held");
     assert!(first.is_locked().await.unwrap());
 
-    let second = RedLock::new(clients_for(&servers).await, NAME).holder(1);
+    let second = RedLock::new(clients_for(&servers).await, NAME)
+        .with_holder(fairlock::Holder::from_raw(1).unwrap());
     let started = Instant::now();
     let got = second
         .try_lock(Duration::from_millis(300), Some(LEASE))
@@ -249,7 +253,8 @@ async fn a_fixed_lease_has_a_validity_and_expires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_holder_reenters_on_every_master() {
     let (servers, clients) = masters(3).await;
-    let red = RedLock::new(clients.clone(), NAME).holder(7);
+    let red =
+        RedLock::new(clients.clone(), NAME).with_holder(fairlock::Holder::from_raw(7).unwrap());
     let outer = red.lock_with_lease(LEASE).await.unwrap();
     let inner = red
         .try_lock(Duration::ZERO, Some(LEASE))

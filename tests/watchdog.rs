@@ -160,7 +160,7 @@ async fn deleting_the_key_fires_lost_within_one_renewal_period() {
     let watchdog = Duration::from_millis(900);
     let c = fast_client(&server.url(), watchdog, Duration::from_secs(5)).await;
     let guard = c.fair_lock("deleted").lock().await.unwrap();
-    let g2 = c.fair_lock("deleted").lock().await.unwrap(); // reentrant hold shares the notice
+    let g2 = guard.reenter(None).await.unwrap(); // a reentrant hold shares the notice
     let _: () = raw.del("deleted").unwrap();
     let started = Instant::now();
     assert_eq!(guard.lost().await, LostReason::Gone);
@@ -288,7 +288,7 @@ async fn shutdown_fires_lost_and_releases() {
     let mut raw = server.conn();
     let c = Client::connect(&server.url()).await.unwrap();
     let guard = c.fair_lock("bye").lock().await.unwrap();
-    let _reentry = c.fair_lock("bye").lock().await.unwrap();
+    let _reentry = guard.reenter(None).await.unwrap();
     c.shutdown().await;
     assert_eq!(guard.lost().await, LostReason::Shutdown);
     assert!(

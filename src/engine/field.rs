@@ -48,6 +48,7 @@ use tokio::sync::Notify;
 use crate::engine::inner::Inner;
 use crate::engine::lane::{Lane, LaneOwner, Turn};
 use crate::engine::validity::{validity_deadline, LostReason};
+use crate::error::{Error, Result};
 use crate::keys::LockSpec;
 
 /// A fixed point of the monotonic clock that deadlines are stored relative to.
@@ -166,7 +167,7 @@ impl Account {
     }
 }
 
-/// Registry key of a field: (kind, name, field). It shares the spec and field rather than copying
+/// Registry key of a field: (name, field), whatever the kind (see [`Helds::get`]). It shares the spec and field rather than copying
 /// the name.
 #[derive(Debug, Clone)]
 struct HeldKey {
@@ -176,9 +177,7 @@ struct HeldKey {
 
 impl PartialEq for HeldKey {
     fn eq(&self, other: &Self) -> bool {
-        self.spec.kind == other.spec.kind
-            && self.spec.name() == other.spec.name()
-            && self.field == other.field
+        self.spec.name() == other.spec.name() && self.field == other.field
     }
 }
 
@@ -186,9 +185,75 @@ impl Eq for HeldKey {}
 
 impl Hash for HeldKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.spec.kind.hash(state);
         self.spec.name().hash(state);
         self.field.hash(state);
+    }
+}
+
+/// One bump of a field's loss epoch: the epoch it ended, why, until when the holds could be
+/// trusted, and how many live guards were made in that epoch (the only ones that may ask).
+#[derive(Debug, Clone, Copy)]
+struct Loss {
+    epoch: u64,
+    reason: LostReason,
+    until: Instant,
+    live: u32,
+}
+
+/// The losses of a field that live guards may still ask about.
+///
+/// A guard made at epoch `e` asks only about the bump that ended `e`, so a bump is kept only
+/// while a guard made in its epoch lives: one entry per distinct epoch of the live lost guards,
+/// not one per bump of the field's history (a loop whose fixed lease ran out every round,
+/// dropping its guard each time, used to keep one entry per round for ever). Pure bookkeeping,
+/// under the field's `losses` mutex; the field's epoch (an atomic, changed only under that
+/// mutex) is passed in.
+#[derive(Debug, Default)]
+struct LossLog {
+    /// By epoch, ascending.
+    kept: Vec<Loss>,
+    /// Live guards made at the current epoch.
+    live_now: u32,
+}
+
+impl LossLog {
+    /// A new guard, made at the current epoch `now`.
+    fn guard_made(&mut self) {
+        self.live_now += 1;
+    }
+
+    /// A guard made at `epoch` is gone (`now`: the current epoch).
+    fn guard_gone(&mut self, epoch: u64, now: u64) {
+        if epoch == now {
+            self.live_now = self.live_now.saturating_sub(1);
+        } else if let Ok(at) = self.kept.binary_search_by_key(&epoch, |l| l.epoch) {
+            self.kept[at].live -= 1;
+            if self.kept[at].live == 0 {
+                self.kept.remove(at);
+            }
+        }
+    }
+
+    /// The current epoch `now` ends: for `reason`, trusted until `until`. Returns the next one.
+    fn bump(&mut self, now: u64, reason: LostReason, until: Instant) -> u64 {
+        if self.live_now > 0 {
+            self.kept.push(Loss {
+                epoch: now,
+                reason,
+                until,
+                live: std::mem::take(&mut self.live_now),
+            });
+        }
+        now + 1
+    }
+
+    /// The loss that ended `epoch`, asked by a live guard made in it (so it is kept; were it
+    /// ever missing, the answer is `Gone` as of now: the guard is lost either way).
+    fn loss(&self, epoch: u64) -> (LostReason, Instant) {
+        match self.kept.binary_search_by_key(&epoch, |l| l.epoch) {
+            Ok(at) => (self.kept[at].reason, self.kept[at].until),
+            Err(_) => (LostReason::Gone, Instant::now()),
+        }
     }
 }
 
@@ -210,8 +275,8 @@ pub(crate) struct Held {
     pub(crate) lane: Lane<Held>,
     /// Bumped each time the live holds are lost; a guard made before a bump is lost.
     epoch: AtomicU64,
-    /// Why, and until when the holds could be trusted, for each bump (index = epoch - 1).
-    losses: Mutex<Vec<(LostReason, Instant)>>,
+    /// Why and until when each loss that a live guard may still ask about (see [`LossLog`]).
+    losses: Mutex<LossLog>,
     /// Wakes `lost()` futures on every bump and every change of the validity deadline.
     notify: Notify,
     /// The validity deadline of the live holds ([`to_nanos`]; 0: none).
@@ -232,11 +297,32 @@ impl Held {
         self.epoch.load(Ordering::Acquire)
     }
 
+    fn losses(&self) -> MutexGuard<'_, LossLog> {
+        self.losses.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new guard: returns the epoch it is made at and counts it live there, in one step with
+    /// respect to bumps, so the loss it may later ask about is kept for it.
+    pub(crate) fn guard_made(&self) -> u64 {
+        let mut losses = self.losses();
+        losses.guard_made();
+        self.epoch()
+    }
+
+    /// A guard made at `epoch` is gone: a loss only it could ask about is forgotten.
+    pub(crate) fn guard_gone(&self, epoch: u64) {
+        let mut losses = self.losses();
+        losses.guard_gone(epoch, self.epoch());
+    }
+
+    fn loss(&self, epoch: u64) -> (LostReason, Instant) {
+        self.losses().loss(epoch)
+    }
+
     /// Why a guard made at `epoch` is lost, if it is.
     pub(crate) fn lost_since(&self, epoch: u64) -> Option<LostReason> {
         if self.epoch() > epoch {
-            let losses = self.losses.lock().unwrap_or_else(|p| p.into_inner());
-            return losses.get(epoch as usize).map(|(reason, _)| *reason);
+            return Some(self.loss(epoch).0);
         }
         let v = self.valid_until.load(Ordering::Acquire);
         (v != 0 && Instant::now() >= from_nanos(v)).then(|| self.validity_reason())
@@ -245,10 +331,7 @@ impl Held {
     /// Until when a guard made at `epoch` can be trusted.
     pub(crate) fn valid_until_since(&self, epoch: u64) -> Instant {
         if self.epoch() > epoch {
-            let losses = self.losses.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((_, until)) = losses.get(epoch as usize) {
-                return *until;
-            }
+            return self.loss(epoch).1;
         }
         from_nanos(self.valid_until.load(Ordering::Acquire))
     }
@@ -299,9 +382,9 @@ impl Held {
             Some(v) if v < at => v,
             _ => at,
         };
-        let mut losses = self.losses.lock().unwrap_or_else(|p| p.into_inner());
-        losses.push((reason, until));
-        self.epoch.store(losses.len() as u64, Ordering::Release);
+        let mut losses = self.losses();
+        let epoch = losses.bump(self.epoch(), reason, until);
+        self.epoch.store(epoch, Ordering::Release);
         drop(losses);
         self.notify.notify_waiters();
     }
@@ -422,19 +505,45 @@ impl Helds {
 
     /// The field's state, made on first use. Entries of fields nobody refers to any more are
     /// swept away as the map grows (amortised O(1) per call).
+    ///
+    /// One lock name and owner field have one account, whatever the kind: a fair and a plain
+    /// lock of one name write the same owner hash, so two accounts would each believe they
+    /// count the field's holds, and one's release would take the other's away. A call of the
+    /// other kind while the field's state is in use (a guard, a waiting call, a release or any
+    /// operation in its line, or holds Redis may still have) is refused with
+    /// [`Error::KindConflict`] before anything is sent; an idle state of the other kind is
+    /// replaced.
     pub(crate) fn get(
         &self,
         inner: &Arc<Inner>,
         spec: &Arc<LockSpec>,
         field: &Arc<str>,
-    ) -> Arc<Held> {
+    ) -> Result<Arc<Held>> {
         let key = HeldKey {
             spec: spec.clone(),
             field: field.clone(),
         };
         let mut map = self.lock();
         if let Some(held) = map.get(&key).and_then(Weak::upgrade) {
-            return held;
+            if held.spec.kind == spec.kind {
+                return Ok(held);
+            }
+            let in_use = !held.lane.is_idle()
+                || held.lane.with(|a| {
+                    a.has_guards()
+                        || a.waiting_calls > 0
+                        || a.pending_releases > 0
+                        || a.count > 0
+                        || a.uncertain > 0
+                        || a.dark
+                });
+            if in_use {
+                return Err(Error::KindConflict {
+                    name: spec.name().to_owned(),
+                    field: field.to_string(),
+                    held_as: held.spec.kind.label(),
+                });
+            }
         }
         let held = Arc::new(Held {
             id: next_id(),
@@ -443,7 +552,7 @@ impl Helds {
             field: field.clone(),
             lane: Lane::new(Account::default()),
             epoch: AtomicU64::new(0),
-            losses: Mutex::new(Vec::new()),
+            losses: Mutex::new(LossLog::default()),
             notify: Notify::new(),
             valid_until: AtomicU64::new(0),
             valid_by_watchdog: AtomicBool::new(false),
@@ -457,7 +566,7 @@ impl Helds {
             map.retain(|_, w| w.strong_count() > 0);
             self.swept_at.store(map.len() as u64, Ordering::Relaxed);
         }
-        held
+        Ok(held)
     }
 
     /// Every field with live state (for shutdown).
@@ -522,6 +631,49 @@ mod tests {
     /// largest part of it. Its `Arc` allocation (two counts + `Held`) must stay within 264
     /// bytes, which glibc serves from a 272-byte chunk (a 288-byte one above that).
     #[test]
+    fn the_loss_log_keeps_only_what_live_guards_can_ask() {
+        let t = Instant::now();
+        let mut log = LossLog::default();
+        let mut epoch = 0;
+        // A loop whose lease runs out every round: make a guard, lose it, drop it.
+        for round in 0..1000u64 {
+            log.guard_made();
+            let made = epoch;
+            epoch = log.bump(epoch, LostReason::LeaseExpired, t);
+            assert_eq!(epoch, round + 1);
+            assert_eq!(log.loss(made).0, LostReason::LeaseExpired);
+            log.guard_gone(made, epoch);
+            assert!(log.kept.is_empty(), "round {round}: {:?}", log.kept);
+        }
+        // Bumps nobody can ask about keep nothing.
+        epoch = log.bump(epoch, LostReason::Gone, t);
+        assert!(log.kept.is_empty());
+        // Two lost guards of different epochs and one live one: each asks about its own loss.
+        let (a, b) = (epoch, epoch);
+        log.guard_made();
+        log.guard_made();
+        epoch = log.bump(epoch, LostReason::RenewalFailed, t);
+        let c = epoch;
+        log.guard_made();
+        epoch = log.bump(epoch, LostReason::Shutdown, t);
+        let live = epoch;
+        log.guard_made();
+        assert_eq!(log.loss(a).0, LostReason::RenewalFailed);
+        assert_eq!(log.loss(b).0, LostReason::RenewalFailed);
+        assert_eq!(log.loss(c).0, LostReason::Shutdown);
+        assert_eq!(log.kept.len(), 2);
+        log.guard_gone(a, epoch);
+        assert_eq!(log.kept.len(), 2, "b still asks about that loss");
+        log.guard_gone(c, epoch);
+        assert_eq!(log.kept.len(), 1);
+        assert_eq!(log.loss(b).0, LostReason::RenewalFailed);
+        log.guard_gone(b, epoch);
+        log.guard_gone(live, epoch);
+        assert!(log.kept.is_empty());
+        assert_eq!(log.live_now, 0);
+    }
+
+    #[test]
     #[cfg(target_pointer_width = "64")]
     fn sizes() {
         assert!(
@@ -529,8 +681,11 @@ mod tests {
             "Account: {} bytes",
             std::mem::size_of::<Account>()
         );
+        // 256 + the Arc's two counters = 272, the allocation size class it had at 248 too (the
+        // loss log's count of live guards cost 8 bytes; `benches/watchdog_scale` measures bytes
+        // per lock).
         assert!(
-            std::mem::size_of::<Held>() <= 248,
+            std::mem::size_of::<Held>() <= 256,
             "Held: {} bytes",
             std::mem::size_of::<Held>()
         );

@@ -198,8 +198,7 @@ impl<O: LaneOwner> Lane<O> {
         job(Turn::of(owner));
     }
 
-    /// Whether a turn is out or queued (for tests and diagnostics).
-    #[cfg(test)]
+    /// Whether no turn is out or queued.
     pub(crate) fn is_idle(&self) -> bool {
         let inner = self.lock();
         !inner.busy && !inner.is_waited_for()

@@ -73,6 +73,43 @@ pub(crate) async fn acquire(
     result
 }
 
+/// Re-entry from a guard is an acquisition call of the guard's holder, so it lives here, beside
+/// the loop it runs (`lock/guard.rs` then needs nothing from this module).
+impl LockGuard {
+    /// Takes one more hold on this guard's lock for the same holder (re-entry): at once, without
+    /// waiting or queueing, because the holder holds it. The new guard is a hold of its own (the
+    /// count in Redis goes up by one, as Redisson's reentrant count) with its own lease: `None`
+    /// for the watchdog, `Some(lease)` for a fixed one; the lock lives as long as the longest
+    /// live hold needs it. A fenced guard's re-entry is fenced too (a new token).
+    ///
+    /// This is the way to re-enter from code that holds a guard; calls that do not have one can
+    /// share a hold through [`holder`](Self::holder) and `with_holder`.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the guard is known [lost](Self::lost) or the lock turns out to be
+    /// held by somebody else; [`Error::InvalidArgument`] for a zero lease; [`Error::Redis`],
+    /// [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped while its attempt is in flight, a hold granted
+    /// too late is given back in the background, in the holder's order.
+    pub async fn reenter(&self, lease: Option<Duration>) -> Result<LockGuard> {
+        if self.is_lost() {
+            return Err(Error::NotHeld);
+        }
+        let req = Request {
+            holder: self.holder().id(),
+            wait: Some(Duration::ZERO),
+            lease,
+            fenced: self.token.is_some(),
+        };
+        match acquire(&self.held.inner, &self.held.spec, req).await? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::NotHeld),
+        }
+    }
+}
+
 /// Records a lock call that was dropped before it ended as cancelled.
 struct CallRecord<'a> {
     spec: &'a LockSpec,
@@ -115,7 +152,7 @@ async fn acquire_inner(
         }
     };
     let field = inner.field(req.holder);
-    let held = inner.helds.get(inner, spec, &field);
+    let held = inner.helds.get(inner, spec, &field)?;
     let span = tracing::debug_span!("acquire", lock = spec.name(), field = &*field);
     let mut waiter = Waiter {
         inner: inner.clone(),
@@ -212,9 +249,20 @@ impl Waiter {
             self.subscription = self.inner.subscriber.subscribe_if_live(&channel);
         }
         let mut outage = Outage::default();
+        // How long an attempt may wait for its field's turn behind earlier work of the same
+        // holder on this lock (a release retrying through an outage keeps the turn for up to its
+        // retry window): never past the call's deadline; a zero wait, whose deadline is now,
+        // may wait one command timeout for it.
+        let turn_deadline = match deadline {
+            Some(d) if self.zero_wait => Some(d + self.inner.config.command_timeout),
+            d => d,
+        };
         loop {
             let sent = Instant::now();
-            let (outcome, turn) = self.attempt().await;
+            let Some((outcome, turn)) = self.attempt(turn_deadline).await else {
+                tracing::debug!("wait elapsed in the field's line");
+                return Ok(None);
+            };
             let attempt = match outcome {
                 Ok(attempt) => {
                     outage.end();
@@ -320,7 +368,13 @@ impl Waiter {
     /// caller that drops us meanwhile hands it (turn and all) to the driver to settle. Returns
     /// the outcome with the turn still held, so a grant is registered before anyone else's
     /// operation on the field.
-    async fn attempt(&mut self) -> (Result<Attempt>, FieldTurn) {
+    ///
+    /// `None` when `turn_deadline` passed before the field's turn came: nothing was sent (the
+    /// place in line is given up, and the turn passes on to whoever is behind).
+    async fn attempt(
+        &mut self,
+        turn_deadline: Option<Instant>,
+    ) -> Option<(Result<Attempt>, FieldTurn)> {
         let fair = self.args.spec.kind == Kind::Fair;
         if fair && !self.counted {
             // Decided when the attempt takes its place in the line: a call that ended before
@@ -338,10 +392,22 @@ impl Waiter {
             self.queued = true;
         }
         let drop_stale = self.drop_stale && self.args.mode != Mode::Requeue;
-        let entry = Lane::reserve(&self.held);
-        if matches!(entry, Entry::Waiting(..)) {
-            tracing::trace!("waits for its turn behind earlier work of its field");
-        }
+        let entry = match (Lane::reserve(&self.held), turn_deadline) {
+            (entry @ Entry::Waiting(..), Some(until)) => {
+                tracing::trace!("waits for its turn behind earlier work of its field");
+                // Taken here, before the attempt exists, so giving up sends nothing.
+                match tokio::time::timeout_at(until.into(), entry.turn()).await {
+                    Ok(turn) => Entry::Ready(turn),
+                    Err(_) => return None,
+                }
+            }
+            (entry, _) => {
+                if matches!(entry, Entry::Waiting(..)) {
+                    tracing::trace!("waits for its turn behind earlier work of its field");
+                }
+                entry
+            }
+        };
         let mut conn = self.inner.conn.clone();
         let held = self.held.clone();
         let args = self.args.clone();
@@ -358,7 +424,7 @@ impl Waiter {
         if outcome.0.is_ok() {
             self.drop_stale = false;
         }
-        outcome
+        Some(outcome)
     }
 
     /// Turns a grant into a guard, still holding the turn: the hold joins the field's account
@@ -423,7 +489,7 @@ impl Waiter {
             release.run().await;
             return Ok(None);
         };
-        let guard = LockGuard::new(held.clone(), gen, held.epoch(), lease, token);
+        let guard = LockGuard::new(held.clone(), gen, held.guard_made(), lease, token);
         self.inner.driver.send_lazy(Work::Acquired {
             held: held.clone(),
             watchdog: self.lease.is_none(),

@@ -13,6 +13,7 @@ use crate::engine::inner::Inner;
 use crate::engine::lifecycle;
 use crate::error::Result;
 use crate::lock::fair::FairLock;
+use crate::lock::holder::Holder;
 use crate::lock::plain::Lock;
 
 /// A connection to Redis for taking locks. Cheap to clone; every clone shares the same
@@ -67,6 +68,14 @@ impl Client {
         self.inner.id
     }
 
+    /// Mints a new [`Holder`]: an id no other holder of this process has. Pass it to
+    /// [`FairLock::with_holder`] or [`Lock::with_holder`] on the handles whose calls should share
+    /// one reentrant hold (in one task or across tasks and threads). Without one, every
+    /// acquisition call is its own holder.
+    pub fn holder(&self) -> Holder {
+        Holder::mint()
+    }
+
     /// A fair (FIFO) lock handle on `name`, in Redisson's `RFairLock` layout. Creating a handle does
     /// no I/O; an invalid name is reported by the first operation as [`Error::InvalidName`](crate::Error::InvalidName).
     pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
@@ -90,6 +99,16 @@ impl Client {
     /// arrives for a call still in flight is given back at once, and that call returns
     /// [`Error::Shutdown`](crate::Error::Shutdown) too. Later calls return [`Error::Shutdown`](crate::Error::Shutdown). Calling it again does
     /// nothing.
+    ///
+    /// Bounded: it waits at most one command timeout for each lock's pending operation (all
+    /// locks at once), then sends the releases, each retried for up to three command timeouts
+    /// (plus its last send's own timeout) while Redis does not answer; so it returns within about
+    /// five command timeouts (15 s with the default 3 s) even while Redis is down. A lock call whose future is alive
+    /// but no longer polled (a pinned `lock()` in a `select!` that moved on) does not hold it
+    /// up: that call's hold, if any, is given back when the call is polled or dropped, or else
+    /// expires with its lease. Waiting fair calls leave the queue even when they are dropped
+    /// after `shutdown` returned: the client's background task keeps running what dropped
+    /// guards and futures hand it until the last handle of the client is gone.
     ///
     /// # Cancel safety
     /// Not cancel safe in full: the client is marked shut down at once, but if the future is

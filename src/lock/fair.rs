@@ -22,8 +22,15 @@ use crate::lock::handle::Handle;
 /// * **FIFO**: a waiter joins the queue on its first attempt; only the queue head may take the
 ///   lock, and only the head is woken when it is released. A later arrival never overtakes an
 ///   earlier one that is still waiting.
-/// * **Reentrancy**: the same holder (by default the current tokio task; see
-///   [`holder`](Self::holder)) can lock again without waiting; each guard is one hold.
+/// * **One call, one holder**: every acquisition call is its own holder, so any two calls
+///   exclude each other, whether they run in different processes, threads, tasks, or as futures
+///   of **one** task (`join!`, `select!`, `for_each_concurrent`), as with `tokio::sync::Mutex`.
+///   A call that locks a lock its own task already holds waits like any other caller (see the
+///   example below).
+/// * **Explicit re-entry**: a hold is shared only on purpose, from a guard
+///   ([`LockGuard::reenter`](crate::LockGuard::reenter)) or through a
+///   [`Holder`](crate::Holder) passed to [`with_holder`](Self::with_holder). Each guard is one
+///   hold; Redis shows the holder's count as Redisson's reentrant count.
 /// * **Liveness**: a waiter whose process died is purged after the client's waiter liveness
 ///   window (5 s by default), and the lock passes to the next live waiter; a dropped or timed-out
 ///   wait leaves the queue at once (in the background, without making the caller wait) and
@@ -53,6 +60,33 @@ use crate::lock::handle::Handle;
 ///   Java waiter that waits longer than its chain allows loses its place. fairlock's own waiters
 ///   are judged by their liveness marks and heartbeats and are never purged while alive (given
 ///   Java waits within [`Builder::redisson_wait`](crate::Builder::redisson_wait)).
+///
+/// # Futures of one task exclude each other
+///
+/// Here the three critical sections never overlap, although one task runs them all: each
+/// `lock()` is its own holder, and waits for the others like a caller in another process would.
+///
+/// ```no_run
+/// # async fn demo() -> fairlock::Result<()> {
+/// let client = fairlock::Client::connect("redis://127.0.0.1:6379").await?;
+/// let lock = client.fair_lock("orders:42");
+/// let section = |n: u32| {
+///     let lock = lock.clone();
+///     async move {
+///         let guard = lock.lock().await?;
+///         // ... at most one of the three is here at a time ...
+///         guard.unlock().await?;
+///         Ok::<u32, fairlock::Error>(n)
+///     }
+/// };
+/// let (a, b, c) = tokio::join!(section(1), section(2), section(3));
+/// # let _ = (a?, b?, c?);
+/// # Ok(()) }
+/// ```
+///
+/// To share a hold instead (re-entry), say so: `guard.reenter(None).await?` takes one more hold
+/// on the guard's owner field at once, and handles given one [`Holder`](crate::Holder) with
+/// [`with_holder`](Self::with_holder) are one holder wherever their calls run.
 ///
 /// # Example
 ///
@@ -84,10 +118,17 @@ impl FairLock {
     crate::lock::handle::lock_methods! {
         /// The lock's name (also the Redis key of its owner hash).
         fn name;
-        /// Acts as holder `id` instead of the current tokio task: every handle with the same id (in this
-        /// client) is the same holder, so it re-enters instead of waiting. Useful for blocking code, or
-        /// to let several tasks share one hold.
-        fn holder;
+        /// Makes every acquisition call through this handle (and through every handle given the
+        /// same [`Holder`](crate::Holder), in this client) one holder: they re-enter each other's
+        /// hold instead of waiting, wherever they run (one task, several tasks or threads). Mint
+        /// one with [`Client::holder`](crate::Client::holder); use
+        /// [`Holder::from_raw`](crate::Holder::from_raw) only for interop. Without a holder, every
+        /// call is its own holder.
+        ///
+        /// Calls of one holder on one lock reach Redis in the order they were made: whatever a
+        /// dropped guard or a dropped call of the holder left to the background (a release, a
+        /// give-up) arrives before the holder's next call.
+        fn with_holder;
         /// Makes every acquisition through this handle (re-entries too) increment the lock's fencing
         /// counter `redisson_lock_token:{NAME}` atomically with the grant; the guard's
         /// [`fencing_token`](crate::LockGuard::fencing_token) is the new value. See the crate docs on
@@ -116,7 +157,7 @@ impl FairLock {
         ///
         /// # Errors
         /// As [`lock`](Self::lock); [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
-        /// lease under 1 ms or beyond `i64` milliseconds.
+        /// lease under 1 ms or longer than [`MAX_DURATION`](crate::MAX_DURATION).
         ///
         /// # Cancel safety
         /// Cancel safe, as [`lock`](Self::lock).
@@ -131,8 +172,9 @@ impl FairLock {
         /// also while Redis is unreachable: then with the Redis error.
         ///
         /// # Errors
-        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero lease or a duration
-        /// beyond `i64` milliseconds, [`Error::InvalidName`](crate::Error::InvalidName),
+        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero lease, a lease
+        /// longer than [`MAX_DURATION`](crate::MAX_DURATION) or a wait beyond `i64` milliseconds,
+        /// [`Error::InvalidName`](crate::Error::InvalidName),
         /// [`Error::Redis`](crate::Error::Redis), [`Error::Shutdown`](crate::Error::Shutdown).
         /// Transient failures are retried as in [`lock`](Self::lock), but only until `wait` runs out:
         /// then the last Redis error is returned (one command timeout after `wait` at the latest).
@@ -152,7 +194,9 @@ impl FairLock {
         /// # Cancel safety
         /// Cancel safe (a read).
         async fn is_locked;
-        /// How many holds this handle's holder has on the lock (0 when it holds none).
+        /// How many holds this handle's holder ([`with_holder`](Self::with_holder)) has on the lock;
+        /// for a handle without one, how many holds all holders of this client have (0 when they
+        /// hold none).
         ///
         /// # Cancel safety
         /// Cancel safe (a read).

@@ -14,6 +14,7 @@ use crate::engine::release::{release_logged, What};
 use crate::engine::validity::LostReason;
 use crate::error::{Error, Result};
 use crate::keys::Kind;
+use crate::lock::holder::Holder;
 use crate::ops::Unlocked;
 
 /// What kind of lease a hold has: renewed by the watchdog while the guard lives, or fixed, with
@@ -50,13 +51,13 @@ impl Lease {
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    held: Arc<Held>,
+    pub(super) held: Arc<Held>,
     /// The generation of the field's holds this hold belongs to.
     gen: u64,
     /// The field's loss epoch when the hold was taken.
     epoch: u64,
     lease: Lease,
-    token: Option<u64>,
+    pub(super) token: Option<u64>,
     armed: bool,
     /// When the hold was granted (for the hold-time metric).
     #[cfg(feature = "metrics")]
@@ -91,6 +92,34 @@ impl LockGuard {
     /// The owner field this hold is recorded under in Redis: `<client uuid>:<holder id>`.
     pub fn owner_field(&self) -> &str {
         &self.held.field
+    }
+
+    /// The holder this hold belongs to (the second half of [`owner_field`](Self::owner_field)).
+    /// Give it to [`FairLock::with_holder`](crate::FairLock::with_holder) (or
+    /// [`Lock::with_holder`](crate::Lock::with_holder)) to let other calls, in this task or
+    /// others, share this hold.
+    pub fn holder(&self) -> Holder {
+        let id = self
+            .held
+            .field
+            .rsplit(':')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .expect("an owner field this client built ends with its holder id");
+        Holder::from_field_id(id)
+    }
+
+    /// How many holds this guard's holder has on the lock in this client: the live guards of
+    /// its owner field (this one included), or 0 once the holds are known gone from Redis. No
+    /// I/O.
+    pub fn hold_count(&self) -> u32 {
+        self.held.lane.with(|a| {
+            if a.gen == self.gen {
+                a.watchdog_guards + a.fixed.len() as u32
+            } else {
+                0
+            }
+        })
     }
 
     /// The fencing token of this acquisition, when the handle was [`fenced`](crate::FairLock::fenced).
@@ -225,6 +254,7 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        self.held.guard_gone(self.epoch);
         if !self.armed || !self.detach() {
             return;
         }

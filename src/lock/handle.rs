@@ -1,5 +1,10 @@
-//! What `FairLock` and `Lock` share: a named lock on a client, a holder, and every operation.
-//! The public types are thin wrappers that carry the documentation of their own semantics.
+//! What `FairLock` and `Lock` share: a named lock on a client, an optional holder, and every
+//! operation. The public types are thin wrappers that carry the documentation of their own
+//! semantics.
+//!
+//! A handle without a holder mints a fresh one for every acquisition call (`lock/holder.rs`), so
+//! its calls never share a hold; one given a holder (`with_holder`) makes all its calls that one
+//! holder.
 //!
 //! Making a handle must never do I/O or fail: a name that cannot be used is reported by every
 //! operation as `Error::InvalidName`.
@@ -15,7 +20,7 @@ use crate::keys;
 use crate::keys::{Kind, LockSpec};
 use crate::lock::acquire::{acquire, Request};
 use crate::lock::guard::LockGuard;
-use crate::lock::holder;
+use crate::lock::holder::Holder;
 use crate::ops;
 use crate::state::LockState;
 
@@ -25,7 +30,8 @@ pub(crate) struct Handle {
     name: String,
     /// The validated spec, or why the name was rejected (reported by every operation).
     spec: std::result::Result<Arc<LockSpec>, &'static str>,
-    holder: Option<i64>,
+    /// `None`: every acquisition call is its own holder.
+    holder: Option<Holder>,
     fenced: bool,
 }
 
@@ -50,8 +56,8 @@ impl Handle {
         &self.name
     }
 
-    pub(crate) fn set_holder(&mut self, id: i64) {
-        self.holder = Some(id);
+    pub(crate) fn set_holder(&mut self, holder: Holder) {
+        self.holder = Some(holder);
     }
 
     pub(crate) fn set_fenced(&mut self) {
@@ -65,8 +71,9 @@ impl Handle {
         })
     }
 
-    fn holder_id(&self) -> i64 {
-        self.holder.unwrap_or_else(holder::current)
+    /// The holder of one acquisition call: the handle's, or a fresh one.
+    fn call_holder(&self) -> i64 {
+        self.holder.unwrap_or_else(Holder::mint).id()
     }
 
     pub(crate) async fn acquire(
@@ -76,7 +83,7 @@ impl Handle {
     ) -> Result<Option<LockGuard>> {
         let spec = self.spec()?;
         let req = Request {
-            holder: self.holder_id(),
+            holder: self.call_holder(),
             wait,
             lease,
             fenced: self.fenced,
@@ -105,10 +112,25 @@ impl Handle {
 
     pub(crate) async fn hold_count(&self) -> Result<u32> {
         let spec = self.spec()?;
-        let field = self.inner.field(self.holder_id());
         let mut conn = self.inner.conn.clone();
-        let count: Option<i64> = conn.hget(spec.name(), &*field).await?;
-        Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
+        let count: i64 = match self.holder {
+            Some(holder) => {
+                let field = self.inner.field(holder.id());
+                let count: Option<i64> = conn.hget(spec.name(), &*field).await?;
+                count.unwrap_or(0)
+            }
+            None => {
+                // Every holder of this client: the fields that start with its UUID.
+                let fields: Vec<(String, String)> = conn.hgetall(spec.name()).await?;
+                let prefix = format!("{}:", self.inner.uuid);
+                fields
+                    .iter()
+                    .filter(|(field, _)| field.starts_with(&prefix))
+                    .filter_map(|(_, count)| count.parse::<i64>().ok())
+                    .sum()
+            }
+        };
+        Ok(count.clamp(0, u32::MAX as i64) as u32)
     }
 
     pub(crate) async fn state(&self) -> Result<LockState> {
@@ -125,7 +147,7 @@ impl Handle {
 macro_rules! lock_methods {
     (
         $(#[$name:meta])* fn name;
-        $(#[$holder:meta])* fn holder;
+        $(#[$holder:meta])* fn with_holder;
         $(#[$fenced:meta])* fn fenced;
         $(#[$lock:meta])* async fn lock;
         $(#[$lease:meta])* async fn lock_with_lease;
@@ -141,9 +163,9 @@ macro_rules! lock_methods {
         }
 
         $(#[$holder])*
-        #[must_use = "holder() returns a new handle; the original is unchanged"]
-        pub fn holder(mut self, id: i64) -> Self {
-            self.0.set_holder(id);
+        #[must_use = "with_holder() returns a new handle; the original is unchanged"]
+        pub fn with_holder(mut self, holder: $crate::Holder) -> Self {
+            self.0.set_holder(holder);
             self
         }
 

@@ -16,7 +16,10 @@ use crate::lock::handle::Handle;
 /// name share **one** subscription, and each release message wakes **one** of them (no thundering
 /// herd); a woken waiter that loses the race simply waits again. Everything else (reentrancy,
 /// watchdog, leases, [`lost`](crate::LockGuard::lost), fencing, cancel safety) is as for
-/// [`FairLock`](crate::FairLock), and the same caveats about failover and long pauses apply.
+/// [`FairLock`](crate::FairLock), and the same caveats about failover and long pauses apply. In
+/// particular every acquisition call is its own holder, so two calls exclude each other even when
+/// they run in one task; re-entry is explicit ([`with_holder`](Self::with_holder),
+/// [`LockGuard::reenter`](crate::LockGuard::reenter)).
 ///
 /// Unlike the fair lock, releasing a `Lock` whose lease already ran out is
 /// [`Error::NotHeld`](crate::Error::NotHeld), as Redisson's `RLock.unlock` throws.
@@ -43,9 +46,9 @@ impl Lock {
     crate::lock::handle::lock_methods! {
         /// The lock's name (also the Redis key of its owner hash).
         fn name;
-        /// Acts as holder `id` instead of the current tokio task (see
-        /// [`FairLock::holder`](crate::FairLock::holder)).
-        fn holder;
+        /// Makes every acquisition call through this handle one holder, so they re-enter rather than
+        /// exclude each other (see [`FairLock::with_holder`](crate::FairLock::with_holder)).
+        fn with_holder;
         /// Hands out a fencing token with every acquisition (see
         /// [`FairLock::fenced`](crate::FairLock::fenced)).
         fn fenced;
@@ -65,7 +68,7 @@ impl Lock {
         ///
         /// # Errors
         /// As [`lock`](Self::lock), plus [`Error::InvalidArgument`](crate::Error::InvalidArgument)
-        /// for a lease under 1 ms or beyond `i64` milliseconds.
+        /// for a lease under 1 ms or longer than [`MAX_DURATION`](crate::MAX_DURATION).
         ///
         /// # Cancel safety
         /// Cancel safe, as [`lock`](Self::lock).
@@ -90,7 +93,9 @@ impl Lock {
         /// # Cancel safety
         /// Cancel safe (a read).
         async fn is_locked;
-        /// How many holds this handle's holder has on the lock (0 when it holds none).
+        /// How many holds this handle's holder ([`with_holder`](Self::with_holder)) has on the lock;
+        /// for a handle without one, how many holds all holders of this client have (0 when they
+        /// hold none).
         ///
         /// # Cancel safety
         /// Cancel safe (a read).

@@ -116,7 +116,7 @@ pub enum Event {
         wait_ms: Option<u64>,
         lease_ms: Option<u64>,
         t: u64,
-        /// The owner field is shared by several tasks (`.holder(id)`).
+        /// The owner field is shared by several tasks (one `Holder` passed to `with_holder`).
         shared: bool,
         /// The caller already held a guard of this field on this name (a re-entry).
         reentrant: bool,

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fairlock::{Client, FairLock, Lock, LockGuard};
+use fairlock::{Client, FairLock, Holder, Lock, LockGuard};
 use fairlock_testkit::history::{mono_ns, Event, InstantClock, Outcome};
 use fairlock_testkit::redisson_peer::splitmix;
 use tracing::Instrument;
@@ -106,19 +106,14 @@ pub enum Handle {
 }
 
 impl Handle {
-    pub fn new(client: &Client, name: &str, fair: bool, holder: Option<i64>) -> Handle {
+    /// A handle of `holder`: every call in this workload names its holder, so the log knows the
+    /// owner field before the call (a call without one mints exactly such a fresh holder inside
+    /// the library; `tests/holders.rs` covers that path).
+    pub fn new(client: &Client, name: &str, fair: bool, holder: Holder) -> Handle {
         if fair {
-            let mut l = client.fair_lock(name).fenced();
-            if let Some(h) = holder {
-                l = l.holder(h);
-            }
-            Handle::Fair(l)
+            Handle::Fair(client.fair_lock(name).fenced().with_holder(holder))
         } else {
-            let mut l = client.lock(name).fenced();
-            if let Some(h) = holder {
-                l = l.holder(h);
-            }
-            Handle::Plain(l)
+            Handle::Plain(client.lock(name).fenced().with_holder(holder))
         }
     }
 
@@ -447,91 +442,140 @@ pub async fn task_loop(ctx: Arc<ChildCtx>, task_no: usize, seed: u64, shared_hol
     if ctx.has("plain") {
         names.extend(PLAIN_NAMES.iter().map(|n| (*n, false)));
     }
+    // A raw holder shared on purpose by two tasks of this process.
+    let shared_holder = shared_holder.map(|id| Holder::from_raw(id).expect("a raw holder id"));
     while !ctx.stopping.load(Ordering::SeqCst) {
         if task_no == 0 && ctx.has("shutdown") && rng.chance(0.004) {
             ctx.replace_client().await;
             continue;
         }
         let client = ctx.current().await;
-        let (name, fair) = *rng.pick(&names);
-        let holder = shared_holder.unwrap_or_else(|| {
-            tokio::task::id()
-                .to_string()
-                .parse::<i64>()
-                .expect("a numeric task id")
-        });
-        let shared = shared_holder.is_some();
-        let h = Handle::new(&client.0, name, fair, shared_holder);
-        // A `timeout()` retry loop around unbounded waits; a single call otherwise.
-        let acq = random_acq(&mut rng, &ctx);
-        let attempts = if acq.cancel_after.is_some() && rng.chance(0.6) {
-            1 + rng.below(4)
-        } else {
-            1
-        };
-        let mut granted = None;
-        for _ in 0..attempts {
-            let (g, outcome) = ctx.acquire(&client, &h, holder, shared, false, acq).await;
-            if g.is_some() || outcome != Outcome::Cancelled || ctx.stopping.load(Ordering::SeqCst) {
-                granted = g;
-                break;
-            }
-        }
-        let Some((guard, id)) = granted else {
-            continue;
-        };
-        let mut lost = false;
-        let lease = acq.lease_ms().map(Duration::from_millis);
-        let hold_for = if ctx.has("longhold") && rng.chance(0.06) {
-            // Past the lease (or a few renewals), so leases run out and renewals cross releases.
-            lease.unwrap_or(TIMING.watchdog) + rng.ms(0, 400)
-        } else {
-            rng.ms(0, 25)
-        };
-        ctx.hold(&guard, &id, hold_for, &mut lost).await;
-        // Re-entry by the same holder with another lease.
-        if ctx.has("reenter") && rng.chance(0.15) {
-            let inner_acq = Acq {
-                kind: match rng.below(3) {
-                    0 => AcqKind::Try(rng.ms(0, 50), Some(rng.ms(50, 900))),
-                    1 => AcqKind::Try(Duration::ZERO, None),
-                    _ => AcqKind::Lease(rng.ms(50, 900)),
-                },
-                cancel_after: Some(rng.ms(100, 600)),
+        let pick = *rng.pick(&names);
+        if ctx.has("joined") && rng.chance(0.12) {
+            // Several lock futures polled concurrently by this one task (`join!`, as
+            // `for_each_concurrent`, `buffer_unordered` and `select!` loops do), on one name.
+            // Without a holder in common they must exclude each other; with one (shared on
+            // purpose) they are one reentrant holder.
+            let group = if shared_holder.is_some() {
+                shared_holder
+            } else {
+                rng.chance(0.4).then(|| client.0.holder())
             };
-            let (inner, _) = ctx
-                .acquire(&client, &h, holder, shared, true, inner_acq)
-                .await;
-            if let Some((ig, iid)) = inner {
-                ctx.count("reentered");
-                let mut ilost = false;
-                ctx.hold(&ig, &iid, rng.ms(0, 15), &mut ilost).await;
-                let by_drop = ctx.has("drop") && rng.chance(0.5);
-                ctx.release(ig, &iid, by_drop, ilost).await;
-            }
-            ctx.hold(&guard, &id, rng.ms(0, 10), &mut lost).await;
+            ctx.count(if group.is_some() {
+                "joined shared"
+            } else {
+                "joined"
+            });
+            let three = rng.chance(0.5);
+            let arm = |seed: u64| one_round(&ctx, Rng::new(seed), &client, pick, group);
+            let (a, b, c) = (rng.next(), rng.next(), rng.next());
+            tokio::join!(arm(a), arm(b), async {
+                if three {
+                    arm(c).await
+                }
+            });
+        } else {
+            one_round(&ctx, Rng::new(rng.next()), &client, pick, shared_holder).await;
         }
-        let relock = ctx.has("droprelock") && rng.chance(0.2);
-        let by_drop = relock || (ctx.has("drop") && rng.chance(0.5));
-        ctx.release(guard, &id, by_drop, lost).await;
-        if relock {
-            // drop(guard); lock again at once: must behave as unlock-then-lock.
-            ctx.count("drop-then-relock");
-            let again = Acq {
-                kind: if rng.chance(0.5) {
-                    AcqKind::Lock
-                } else {
-                    AcqKind::Try(rng.ms(0, 300), None)
-                },
-                cancel_after: Some(rng.ms(200, 2000)),
-            };
-            let (g, _) = ctx.acquire(&client, &h, holder, shared, false, again).await;
-            if let Some((g, id)) = g {
-                let mut lost = false;
-                ctx.hold(&g, &id, rng.ms(0, 20), &mut lost).await;
-                let by_drop = rng.chance(0.5);
-                ctx.release(g, &id, by_drop, lost).await;
-            }
+    }
+}
+
+/// One round of a task: an acquisition (maybe a `timeout()` retry loop), a hold, maybe a
+/// re-entry of the same holder, a release (maybe by drop), maybe a relock at once. `holder`:
+/// a holder shared on purpose, or `None` for a fresh holder per call (the library's default).
+async fn one_round(
+    ctx: &ChildCtx,
+    mut rng: Rng,
+    client: &(Client, String),
+    (name, fair): (&str, bool),
+    holder: Option<Holder>,
+) {
+    let shared = holder.is_some();
+    let call_holder = || holder.unwrap_or_else(|| client.0.holder());
+    let me = call_holder();
+    let h = Handle::new(&client.0, name, fair, me);
+    // A `timeout()` retry loop around unbounded waits; a single call otherwise. Every attempt of
+    // the loop is a new call, so without a shared holder each one is a new holder.
+    let acq = random_acq(&mut rng, ctx);
+    let attempts = if acq.cancel_after.is_some() && rng.chance(0.6) {
+        1 + rng.below(4)
+    } else {
+        1
+    };
+    let mut granted = None;
+    let mut h = h;
+    let mut me = me;
+    for attempt in 0..attempts {
+        if attempt > 0 {
+            me = call_holder();
+            h = Handle::new(&client.0, name, fair, me);
+        }
+        let (g, outcome) = ctx.acquire(client, &h, me.id(), shared, false, acq).await;
+        if g.is_some() || outcome != Outcome::Cancelled || ctx.stopping.load(Ordering::SeqCst) {
+            granted = g;
+            break;
+        }
+    }
+    let Some((guard, id)) = granted else {
+        return;
+    };
+    let mut lost = false;
+    let lease = acq.lease_ms().map(Duration::from_millis);
+    let hold_for = if ctx.has("longhold") && rng.chance(0.06) {
+        // Past the lease (or a few renewals), so leases run out and renewals cross releases.
+        lease.unwrap_or(TIMING.watchdog) + rng.ms(0, 400)
+    } else {
+        rng.ms(0, 25)
+    };
+    ctx.hold(&guard, &id, hold_for, &mut lost).await;
+    // Re-entry by the same holder (explicitly: the guard's own holder) with another lease.
+    if ctx.has("reenter") && rng.chance(0.15) {
+        let inner_acq = Acq {
+            kind: match rng.below(3) {
+                0 => AcqKind::Try(rng.ms(0, 50), Some(rng.ms(50, 900))),
+                1 => AcqKind::Try(Duration::ZERO, None),
+                _ => AcqKind::Lease(rng.ms(50, 900)),
+            },
+            cancel_after: Some(rng.ms(100, 600)),
+        };
+        let again = Handle::new(&client.0, name, fair, guard.holder());
+        let (inner, _) = ctx
+            .acquire(client, &again, me.id(), shared, true, inner_acq)
+            .await;
+        if let Some((ig, iid)) = inner {
+            ctx.count("reentered");
+            let mut ilost = false;
+            ctx.hold(&ig, &iid, rng.ms(0, 15), &mut ilost).await;
+            let by_drop = ctx.has("drop") && rng.chance(0.5);
+            ctx.release(ig, &iid, by_drop, ilost).await;
+        }
+        ctx.hold(&guard, &id, rng.ms(0, 10), &mut lost).await;
+    }
+    let relock = ctx.has("droprelock") && rng.chance(0.2);
+    let by_drop = relock || (ctx.has("drop") && rng.chance(0.5));
+    ctx.release(guard, &id, by_drop, lost).await;
+    if relock {
+        // drop(guard); lock again at once: must behave as unlock-then-lock (a new call: a new
+        // holder, unless one is shared).
+        ctx.count("drop-then-relock");
+        let again = Acq {
+            kind: if rng.chance(0.5) {
+                AcqKind::Lock
+            } else {
+                AcqKind::Try(rng.ms(0, 300), None)
+            },
+            cancel_after: Some(rng.ms(200, 2000)),
+        };
+        let next = call_holder();
+        let h = Handle::new(&client.0, name, fair, next);
+        let (g, _) = ctx
+            .acquire(client, &h, next.id(), shared, false, again)
+            .await;
+        if let Some((g, id)) = g {
+            let mut lost = false;
+            ctx.hold(&g, &id, rng.ms(0, 20), &mut lost).await;
+            let by_drop = rng.chance(0.5);
+            ctx.release(g, &id, by_drop, lost).await;
         }
     }
 }

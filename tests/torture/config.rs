@@ -91,7 +91,7 @@ pub const ALL_FAULTS: [&str; 8] = [
     "restart",
     "proxy",
 ];
-pub const ALL_OPS: [&str; 14] = [
+pub const ALL_OPS: [&str; 15] = [
     "lock",
     "lease",
     "try",
@@ -102,6 +102,7 @@ pub const ALL_OPS: [&str; 14] = [
     "droprelock",
     "longhold",
     "shared",
+    "joined",
     "shutdown",
     "java",
     "plain",

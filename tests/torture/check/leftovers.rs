@@ -20,7 +20,7 @@ pub async fn leftovers(port: u16) -> Vec<String> {
         .map(|n| (*n, true))
         .chain(PLAIN_NAMES.iter().map(|n| (*n, false)));
     for (name, fair) in names {
-        let h = Handle::new(&c, name, fair, None);
+        let h = Handle::new(&c, name, fair, c.holder());
         let until = Instant::now() + Duration::from_secs(15);
         loop {
             let acq = Acq {
