@@ -17,8 +17,18 @@
 //! whose acquire shifts the deadline of every queued waiter (`ZRANGE` + one `ZINCRBY` per
 //! waiter), the work fairlock's scripts skip (PROTOCOL 7, "O(1) hot path").
 //!
-//! `cargo bench --bench queue_depth` (about 40 s); `FAIRLOCK_BENCH_QUICK=1` or `-- --quick` for a
-//! few seconds.
+//! A second part measures a **heartbeat round**: N fairlock waiters queued (marks in
+//! `fairlock_liveness:{NAME}`, scores in the deadline set), and fairlock's heartbeat script
+//! (`lua/fair_heartbeat.lua`) refreshing every one of them in batches of 100, as a client's driver
+//! does once per period. Depths 100, 1,000 and 3,000; the figure is script time per waiter per
+//! round, and the target is that it grows at most 2× from 100 to 3,000 waiters (a round costs
+//! O(waiters)). Baseline, same run, interleaved: the same script on waiters whose score is above
+//! their mark, as when Redisson waiters may be ahead, which takes the member-by-member count
+//! (`LPOS` + `LRANGE` + `ZMSCORE`, O(place) per waiter): the cost every heartbeat had before
+//! (issue 21, item 5).
+//!
+//! `cargo bench --bench queue_depth` (about a minute); `FAIRLOCK_BENCH_QUICK=1` or `-- --quick`
+//! for a few seconds.
 
 // The test kit (testkit/): `RedisServer` (a throw-away redis-server on a free loopback port,
 // killed by PID on drop).
@@ -51,6 +61,18 @@ const FAIR_UNLOCK: &str = concat!(
     "\n",
     include_str!("../lua/fair_unlock.lua")
 );
+const FAIR_HEARTBEAT: &str = concat!(
+    include_str!("../lua/fair_prologue.lua"),
+    "\n",
+    include_str!("../lua/fair_heartbeat.lua")
+);
+
+/// Queue depths of the heartbeat rounds.
+const BEAT_DEPTHS: [usize; 3] = [100, 1_000, 3_000];
+/// Waiters per heartbeat script call (the client's default batch size).
+const BEAT_BATCH: usize = 100;
+/// The liveness window the heartbeats use (long, so no mark lapses during the bench).
+const BEAT_WINDOW_MS: i64 = 600_000;
 
 /// A model of Redisson's fair acquire (our own Lua: purge, shift every deadline on a grant).
 /// KEYS: name, queue, timeout set; ARGV: lease, field, wait, now.
@@ -321,7 +343,157 @@ fn main() {
             }
         }
         report(&phases);
+
+        let beat = redis::Script::new(FAIR_HEARTBEAT);
+        let (beat_rounds, rounds_per_phase) = if quick { (1, 2) } else { (5, 4) };
+        let mut beats = Vec::new();
+        for depth in BEAT_DEPTHS {
+            for walk in [false, true] {
+                fill_beaters(&mut b.conn, depth, walk).await;
+                heartbeat_phase(&mut b, &beat, depth, walk, 1).await; // warm-up
+            }
+        }
+        for _ in 0..beat_rounds {
+            for depth in BEAT_DEPTHS {
+                for walk in [false, true] {
+                    beats.push(heartbeat_phase(&mut b, &beat, depth, walk, rounds_per_phase).await);
+                }
+            }
+        }
+        report_beats(&beats);
     });
+}
+
+/// The lock of a heartbeat phase: its name encodes depth and variant.
+fn beat_name(depth: usize, walk: bool) -> String {
+    format!("bench:beat:{}:{depth}", if walk { "walk" } else { "fast" })
+}
+
+fn beat_field(i: usize) -> String {
+    format!("5d2c8e41-7a3b-4f90-9c6e-1b2a3c4d5e6f:-{}", i + 1)
+}
+
+/// Holds the lock (so no head is told to take it) and queues `depth` fairlock waiters with fresh
+/// marks. `walk`: each score is far above its mark, as when Redisson waiters may be ahead, so
+/// every heartbeat counts the unmarked waiters ahead member by member.
+async fn fill_beaters(conn: &mut ConnectionManager, depth: usize, walk: bool) {
+    let name = beat_name(depth, walk);
+    let now = support::server_now_ms_async(conn).await;
+    let mark = now + BEAT_WINDOW_MS;
+    let score = if walk { mark + FAR_MS } else { mark };
+    let mut pipe = redis::pipe();
+    pipe.hset(&name, REDISSON_FIELD, 1).ignore();
+    pipe.pexpire(&name, 3_600_000).ignore();
+    for chunk in (0..depth).collect::<Vec<_>>().chunks(500) {
+        let fields: Vec<String> = chunk.iter().map(|&i| beat_field(i)).collect();
+        pipe.rpush(support::queue_key(&name), &fields).ignore();
+        let scored: Vec<(i64, &String)> = fields.iter().map(|f| (score, f)).collect();
+        pipe.zadd_multiple(support::timeout_key(&name), &scored)
+            .ignore();
+        let marked: Vec<(i64, &String)> = fields.iter().map(|f| (mark, f)).collect();
+        pipe.zadd_multiple(support::derived_key("fairlock_liveness", &name), &marked)
+            .ignore();
+    }
+    pipe.pexpire(support::derived_key("fairlock_liveness", &name), 3_600_000)
+        .ignore();
+    let _: () = pipe.query_async(conn).await.expect("fill the queue");
+}
+
+/// One measured heartbeat phase: `rounds` rounds over every waiter of one queue.
+struct BeatPhase {
+    depth: usize,
+    walk: bool,
+    rounds: usize,
+    usec: u64,
+}
+
+impl BeatPhase {
+    fn usec_per_waiter(&self) -> f64 {
+        self.usec as f64 / (self.rounds * self.depth) as f64
+    }
+}
+
+async fn heartbeat_phase(
+    b: &mut Bench,
+    beat: &redis::Script,
+    depth: usize,
+    walk: bool,
+    rounds: usize,
+) -> BeatPhase {
+    let name = beat_name(depth, walk);
+    let channel = support::release_channel(&name);
+    common::reset_stats(&mut b.admin).await;
+    for _ in 0..rounds {
+        for batch in (0..depth).collect::<Vec<_>>().chunks(BEAT_BATCH) {
+            let mut call = beat.prepare_invoke();
+            call.arg(BEAT_WINDOW_MS)
+                .arg("PUBLISH")
+                .arg(REDISSON_WAIT_MS);
+            for &i in batch {
+                call.key(&name)
+                    .key(support::queue_key(&name))
+                    .key(support::timeout_key(&name))
+                    .key(support::derived_key("fairlock_liveness", &name));
+                call.arg(beat_field(i)).arg(&channel);
+            }
+            let codes: Vec<i64> = call.invoke_async(&mut b.conn).await.expect("heartbeat");
+            assert!(
+                codes.iter().all(|&c| c == 0 || c == 3),
+                "every waiter is still queued behind a held lock: {codes:?}"
+            );
+        }
+    }
+    let info = common::info(&mut b.admin).await;
+    let len: usize = redis::cmd("LLEN")
+        .arg(support::queue_key(&name))
+        .query_async(&mut b.conn)
+        .await
+        .expect("LLEN");
+    assert_eq!(len, depth, "no live waiter may be purged");
+    BeatPhase {
+        depth,
+        walk,
+        rounds,
+        usec: info.cmd("evalsha").usec + info.cmd("eval").usec,
+    }
+}
+
+fn report_beats(phases: &[BeatPhase]) {
+    let per_waiter = |depth: usize, walk: bool| {
+        let mut v: Vec<f64> = phases
+            .iter()
+            .filter(|p| p.depth == depth && p.walk == walk)
+            .map(BeatPhase::usec_per_waiter)
+            .collect();
+        common::median(&mut v)
+    };
+    println!();
+    println!("Heartbeat rounds (batches of {BEAT_BATCH} waiters per script call):");
+    println!();
+    println!(
+        "| waiters queued | fairlock: script µs per waiter per round | script ms per round | score above mark (member count, as before): µs per waiter | ms per round |"
+    );
+    println!("|---:|---:|---:|---:|---:|");
+    for depth in BEAT_DEPTHS {
+        let fast = per_waiter(depth, false);
+        let walk = per_waiter(depth, true);
+        println!(
+            "| {depth} | {fast:.2} | {:.1} | {walk:.2} | {:.1} |",
+            fast * depth as f64 / 1000.0,
+            walk * depth as f64 / 1000.0,
+        );
+    }
+    let (first, last) = (BEAT_DEPTHS[0], BEAT_DEPTHS[BEAT_DEPTHS.len() - 1]);
+    let fast_ratio = per_waiter(last, false) / per_waiter(first, false);
+    let walk_ratio = per_waiter(last, true) / per_waiter(first, true);
+    println!();
+    println!(
+        "per-waiter cost, depth {last} / depth {first}: fairlock {fast_ratio:.2}, member count {walk_ratio:.2}"
+    );
+    println!(
+        "target: fairlock ratio ≤ 2 (a round is O(waiters)): {}",
+        if fast_ratio <= 2.0 { "met" } else { "MISSED" }
+    );
 }
 
 /// Median of the per-phase µs per cycle of one variant at one depth.
