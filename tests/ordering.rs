@@ -18,6 +18,36 @@ async fn client(server: &RedisServer) -> Client {
     Client::connect(&server.url()).await.unwrap()
 }
 
+/// A client with the given command timeout whose scripts are loaded (so the paused server is only
+/// asked to run them), then writes paused on the server for `pause_ms`: scripts wait while the
+/// pause lasts, so an attempt sent now stays in flight until then.
+async fn client_with_writes_paused(
+    server: &RedisServer,
+    fair: bool,
+    command_timeout: Duration,
+    pause_ms: u64,
+) -> Client {
+    let c = Client::builder()
+        .standalone(server.url())
+        .command_timeout(command_timeout)
+        .build()
+        .await
+        .unwrap();
+    try_now(&c, fair, "warm")
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(pause_ms)
+        .arg("WRITE")
+        .query(&mut server.conn())
+        .unwrap();
+    c
+}
+
 /// Takes `name` with a zero wait through a fair or plain handle.
 async fn try_now(c: &Client, fair: bool, name: &str) -> Option<LockGuard> {
     if fair {
@@ -231,26 +261,7 @@ async fn shutdown_racing_an_attempt_gives_the_grant_back() {
         };
         let server = RedisServer::start();
         let mut raw = server.conn();
-        let c = Client::builder()
-            .standalone(server.url())
-            .command_timeout(Duration::from_secs(10))
-            .build()
-            .await
-            .unwrap();
-        // Load the scripts, so the paused server is only asked to run them.
-        try_now(&c, fair, "warm")
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
-        // Writes (scripts) wait while the pause lasts: the attempt is in flight until then.
-        let _: () = redis::cmd("CLIENT")
-            .arg("PAUSE")
-            .arg(3_000)
-            .arg("WRITE")
-            .query(&mut raw)
-            .unwrap();
+        let c = client_with_writes_paused(&server, fair, Duration::from_secs(10), 3_000).await;
         let call = {
             let c = c.clone();
             tokio::spawn(async move {
@@ -722,24 +733,7 @@ async fn shutdown_never_waits_for_a_call_nobody_polls() {
         };
         let server = RedisServer::start();
         let mut raw = server.conn();
-        let c = Client::builder()
-            .standalone(server.url())
-            .command_timeout(Duration::from_millis(400))
-            .build()
-            .await
-            .unwrap();
-        try_now(&c, fair, "warm")
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
-        let _: () = redis::cmd("CLIENT")
-            .arg("PAUSE")
-            .arg(2_000)
-            .arg("WRITE")
-            .query(&mut raw)
-            .unwrap();
+        let c = client_with_writes_paused(&server, fair, Duration::from_millis(400), 2_000).await;
         let fair_lock = c.fair_lock(name);
         let plain_lock = c.lock(name);
         let mut call = Box::pin(async {

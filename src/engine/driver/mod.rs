@@ -128,22 +128,14 @@ impl Driver {
     /// until its score lapsed).
     async fn after_shutdown(&mut self) {
         while let Some(work) = self.rx.recv().await {
-            if !matches!(work, Work::Renewed { .. } | Work::Beaten { .. }) {
-                crate::metrics::driver_pending(-1.0);
-            }
             match work {
-                Work::Abandoned {
-                    attempt,
-                    held,
-                    args,
-                } => settle::abandoned_in_background(attempt, held, args),
-                Work::Finish(fut) => {
-                    tokio::spawn(fut);
-                }
+                Work::Abandoned { .. } | Work::Finish(_) => self.handle(work),
                 Work::Shutdown(done) => {
+                    crate::metrics::driver_pending(-1.0);
                     let _ = done.send(());
                 }
-                _ => {}
+                Work::Renewed { .. } | Work::Beaten { .. } => {}
+                _ => crate::metrics::driver_pending(-1.0),
             }
             // Lazy work (watchdog bookkeeping) has no meaning any more.
             lock_inbox(&self.lazy).items.clear();
