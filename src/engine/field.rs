@@ -208,25 +208,18 @@ struct Loss {
 /// dropping its guard each time, used to keep one entry per round for ever). Pure bookkeeping,
 /// under the field's `losses` mutex; the field's epoch (an atomic, changed only under that
 /// mutex) is passed in.
+/// The count of live guards made at the current epoch is kept by the caller (`Held::live_now`,
+/// in what would otherwise be padding) and passed to [`bump`](Self::bump).
 #[derive(Debug, Default)]
 struct LossLog {
     /// By epoch, ascending.
     kept: Vec<Loss>,
-    /// Live guards made at the current epoch.
-    live_now: u32,
 }
 
 impl LossLog {
-    /// A new guard, made at the current epoch `now`.
-    fn guard_made(&mut self) {
-        self.live_now += 1;
-    }
-
-    /// A guard made at `epoch` is gone (`now`: the current epoch).
-    fn guard_gone(&mut self, epoch: u64, now: u64) {
-        if epoch == now {
-            self.live_now = self.live_now.saturating_sub(1);
-        } else if let Ok(at) = self.kept.binary_search_by_key(&epoch, |l| l.epoch) {
+    /// A guard made at an epoch that has ended is gone.
+    fn guard_gone(&mut self, epoch: u64) {
+        if let Ok(at) = self.kept.binary_search_by_key(&epoch, |l| l.epoch) {
             self.kept[at].live -= 1;
             if self.kept[at].live == 0 {
                 self.kept.remove(at);
@@ -234,14 +227,15 @@ impl LossLog {
         }
     }
 
-    /// The current epoch `now` ends: for `reason`, trusted until `until`. Returns the next one.
-    fn bump(&mut self, now: u64, reason: LostReason, until: Instant) -> u64 {
-        if self.live_now > 0 {
+    /// The current epoch `now`, in which `live` guards still live were made, ends: for
+    /// `reason`, trusted until `until`. Returns the next epoch.
+    fn bump(&mut self, now: u64, live: u32, reason: LostReason, until: Instant) -> u64 {
+        if live > 0 {
             self.kept.push(Loss {
                 epoch: now,
                 reason,
                 until,
-                live: std::mem::take(&mut self.live_now),
+                live,
             });
         }
         now + 1
@@ -277,6 +271,8 @@ pub(crate) struct Held {
     epoch: AtomicU64,
     /// Why and until when each loss that a live guard may still ask about (see [`LossLog`]).
     losses: Mutex<LossLog>,
+    /// Live guards made at the current epoch (changed only under `losses`' lock).
+    live_now: std::sync::atomic::AtomicU32,
     /// Wakes `lost()` futures on every bump and every change of the validity deadline.
     notify: Notify,
     /// The validity deadline of the live holds ([`to_nanos`]; 0: none).
@@ -304,15 +300,19 @@ impl Held {
     /// A new guard: returns the epoch it is made at and counts it live there, in one step with
     /// respect to bumps, so the loss it may later ask about is kept for it.
     pub(crate) fn guard_made(&self) -> u64 {
-        let mut losses = self.losses();
-        losses.guard_made();
+        let _losses = self.losses();
+        self.live_now.fetch_add(1, Ordering::Relaxed);
         self.epoch()
     }
 
     /// A guard made at `epoch` is gone: a loss only it could ask about is forgotten.
     pub(crate) fn guard_gone(&self, epoch: u64) {
         let mut losses = self.losses();
-        losses.guard_gone(epoch, self.epoch());
+        if epoch == self.epoch() {
+            self.live_now.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            losses.guard_gone(epoch);
+        }
     }
 
     fn loss(&self, epoch: u64) -> (LostReason, Instant) {
@@ -383,7 +383,8 @@ impl Held {
             _ => at,
         };
         let mut losses = self.losses();
-        let epoch = losses.bump(self.epoch(), reason, until);
+        let live = self.live_now.swap(0, Ordering::Relaxed);
+        let epoch = losses.bump(self.epoch(), live, reason, until);
         self.epoch.store(epoch, Ordering::Release);
         drop(losses);
         self.notify.notify_waiters();
@@ -553,6 +554,7 @@ impl Helds {
             lane: Lane::new(Account::default()),
             epoch: AtomicU64::new(0),
             losses: Mutex::new(LossLog::default()),
+            live_now: std::sync::atomic::AtomicU32::new(0),
             notify: Notify::new(),
             valid_until: AtomicU64::new(0),
             valid_by_watchdog: AtomicBool::new(false),
@@ -637,40 +639,33 @@ mod tests {
         let mut epoch = 0;
         // A loop whose lease runs out every round: make a guard, lose it, drop it.
         for round in 0..1000u64 {
-            log.guard_made();
             let made = epoch;
-            epoch = log.bump(epoch, LostReason::LeaseExpired, t);
+            epoch = log.bump(epoch, 1, LostReason::LeaseExpired, t);
             assert_eq!(epoch, round + 1);
             assert_eq!(log.loss(made).0, LostReason::LeaseExpired);
-            log.guard_gone(made, epoch);
+            log.guard_gone(made);
             assert!(log.kept.is_empty(), "round {round}: {:?}", log.kept);
         }
         // Bumps nobody can ask about keep nothing.
-        epoch = log.bump(epoch, LostReason::Gone, t);
+        epoch = log.bump(epoch, 0, LostReason::Gone, t);
         assert!(log.kept.is_empty());
-        // Two lost guards of different epochs and one live one: each asks about its own loss.
+        // Two lost guards of one epoch, one of the next: each asks about its own loss.
         let (a, b) = (epoch, epoch);
-        log.guard_made();
-        log.guard_made();
-        epoch = log.bump(epoch, LostReason::RenewalFailed, t);
+        epoch = log.bump(epoch, 2, LostReason::RenewalFailed, t);
         let c = epoch;
-        log.guard_made();
-        epoch = log.bump(epoch, LostReason::Shutdown, t);
-        let live = epoch;
-        log.guard_made();
+        epoch = log.bump(epoch, 1, LostReason::Shutdown, t);
         assert_eq!(log.loss(a).0, LostReason::RenewalFailed);
         assert_eq!(log.loss(b).0, LostReason::RenewalFailed);
         assert_eq!(log.loss(c).0, LostReason::Shutdown);
         assert_eq!(log.kept.len(), 2);
-        log.guard_gone(a, epoch);
+        log.guard_gone(a);
         assert_eq!(log.kept.len(), 2, "b still asks about that loss");
-        log.guard_gone(c, epoch);
+        log.guard_gone(c);
         assert_eq!(log.kept.len(), 1);
         assert_eq!(log.loss(b).0, LostReason::RenewalFailed);
-        log.guard_gone(b, epoch);
-        log.guard_gone(live, epoch);
+        log.guard_gone(b);
         assert!(log.kept.is_empty());
-        assert_eq!(log.live_now, 0);
+        assert!(epoch > c);
     }
 
     #[test]
@@ -681,11 +676,8 @@ mod tests {
             "Account: {} bytes",
             std::mem::size_of::<Account>()
         );
-        // 256 + the Arc's two counters = 272, the allocation size class it had at 248 too (the
-        // loss log's count of live guards cost 8 bytes; `benches/watchdog_scale` measures bytes
-        // per lock).
         assert!(
-            std::mem::size_of::<Held>() <= 256,
+            std::mem::size_of::<Held>() <= 248,
             "Held: {} bytes",
             std::mem::size_of::<Held>()
         );
