@@ -277,3 +277,45 @@ async fn every_call_writes_its_own_owner_field() {
         g.unlock().await.unwrap();
     }
 }
+
+/// `reenter` on a guard whose holds were taken away unnoticed (a force unlock the watchdog has
+/// not seen yet), while the lock is free: the call takes the lock afresh as a hold of its own,
+/// and the older guard is reported lost at once rather than believing it still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentering_a_lock_taken_away_unnoticed_takes_it_afresh_and_reports_the_old_guard_lost() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let other = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.conn();
+    for fair in [true, false] {
+        let name = if fair {
+            "unnoticed-fair"
+        } else {
+            "unnoticed-plain"
+        };
+        let old = if fair {
+            client.fair_lock(name).lock().await.unwrap()
+        } else {
+            client.lock(name).lock().await.unwrap()
+        };
+        let forced = if fair {
+            other.fair_lock(name).force_unlock().await
+        } else {
+            other.lock(name).force_unlock().await
+        };
+        assert!(forced.unwrap());
+        assert!(!old.is_lost(), "{name}: no renewal has run yet");
+        let fresh = old.reenter(None).await.unwrap();
+        let count: i64 = raw.hget(name, fresh.owner_field()).unwrap();
+        assert_eq!(count, 1, "{name}: a hold of its own, not a second one");
+        assert!(
+            old.is_lost(),
+            "{name}: the old guard learns it lost its hold"
+        );
+        assert!(!fresh.is_lost());
+        assert!(old.unlock().await.unwrap_err().is_not_held());
+        assert_eq!(raw.hget::<_, _, i64>(name, fresh.owner_field()).unwrap(), 1);
+        fresh.unlock().await.unwrap();
+        assert!(!raw.exists::<_, bool>(name).unwrap(), "{name} left locked");
+    }
+}

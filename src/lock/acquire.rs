@@ -85,6 +85,10 @@ impl LockGuard {
     /// This is the way to re-enter from code that holds a guard; calls that do not have one can
     /// share a hold through [`holder`](Self::holder) and `with_holder`.
     ///
+    /// If the holds were taken away without the client knowing yet (a force unlock not yet seen
+    /// by a renewal) and the lock is free, the call takes it afresh: the new guard is a valid
+    /// hold of its own, and this guard is then reported [lost](Self::lost).
+    ///
     /// # Errors
     /// [`Error::NotHeld`] when the guard is known [lost](Self::lost) or the lock turns out to be
     /// held by somebody else; [`Error::InvalidArgument`] for a zero lease; [`Error::Redis`],
