@@ -13,6 +13,7 @@
 --   its next attempt finds the tombstone and rejoins at the head it was taken from. A waiter
 --   missing from Q without a tombstone (a sibling call of its holder gave the shared entry up, it
 --   was served, the queue was lost in a failover or a flush) rejoins at the tail.
+--   Tombstones go with L when our scripts find the queue empty (a release, a give-up, a purge).
 -- * A fairlock waiter is judged alive by its mark in L, never by its score in Z: Redisson clients
 --   shift every score in Z on each of their acquisitions, ours included (PROTOCOL 4 and 7).
 
@@ -248,9 +249,15 @@ local function tell(publish_cmd, channel_prefix, waiter)
 end
 
 -- The lock is known to be free: drop dead heads, then tell the live head, if any.
+-- With nobody queued, L can hold only tombstones (or marks a Redisson purge left), which mean
+-- nothing for an empty queue (the tail is the head): it goes, so a lock that falls idle leaves no
+-- liveness set behind for its TTL (tombstones of killed waiters did, when a Redisson client
+-- emptied the queue and no heartbeat was left to sweep them).
 local function wake_head(queue, deadlines, liveness, publish_cmd, channel_prefix)
   local _, head = purge_stale_head(queue, deadlines, liveness)
   if head then
     tell(publish_cmd, channel_prefix, head)
+  else
+    redis.call('DEL', liveness)
   end
 end
