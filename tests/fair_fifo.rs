@@ -9,6 +9,17 @@ use fairlock::Client;
 use redis::Commands;
 use support::{queue_len, wait_until, wait_until_async, RedisServer};
 
+/// A client whose waiters heartbeat every 100 ms (a 300 ms liveness window).
+async fn beating_client(server: &RedisServer) -> Client {
+    Client::builder()
+        .standalone(server.url())
+        .waiter_liveness(Duration::from_millis(300))
+        .timer_tick(Duration::from_millis(10))
+        .build()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twelve_waiters_over_three_clients_are_served_in_arrival_order() {
     let server = RedisServer::start();
@@ -213,13 +224,7 @@ async fn heartbeats_of_fairlock_waiters_never_walk_the_queue() {
     let server = RedisServer::start();
     let mut raw = server.conn();
     let owner = Client::connect(&server.url()).await.unwrap();
-    let waiters = Client::builder()
-        .standalone(server.url())
-        .waiter_liveness(Duration::from_millis(300))
-        .timer_tick(Duration::from_millis(10))
-        .build()
-        .await
-        .unwrap();
+    let waiters = beating_client(&server).await;
     let held = owner.fair_lock("beats").lock().await.unwrap();
     let mut tasks = Vec::new();
     for _ in 0..WAITERS {
@@ -325,13 +330,7 @@ async fn a_call_whose_shared_entry_was_given_up_rejoins_at_the_tail() {
     let c1 = Client::connect(&server.url()).await.unwrap();
     let c2 = Client::connect(&server.url()).await.unwrap();
     // Heartbeats every 100 ms: the second call learns at once that its entry is gone.
-    let c = Client::builder()
-        .standalone(server.url())
-        .waiter_liveness(Duration::from_millis(300))
-        .timer_tick(Duration::from_millis(10))
-        .build()
-        .await
-        .unwrap();
+    let c = beating_client(&server).await;
     let held = owner.fair_lock("sib").lock().await.unwrap();
     let spawn_waiter = |client: &Client| {
         let lock = client.fair_lock("sib");

@@ -7,11 +7,39 @@ use fairlock_testkit as support;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use fairlock::{Client, Error, Holder};
+use fairlock::{Client, Error, Holder, LockGuard};
 use redis::Commands;
 use support::RedisServer;
 
 const ROUNDS: u32 = 12;
+
+/// `lock()` on `name` through a fair or a plain handle of `client`, as one fresh holder.
+async fn take(client: &Client, fair: bool, name: &str) -> LockGuard {
+    if fair {
+        client.fair_lock(name).lock().await.unwrap()
+    } else {
+        client.lock(name).lock().await.unwrap()
+    }
+}
+
+/// `force_unlock()` on `name` through a fair or a plain handle.
+async fn force(client: &Client, fair: bool, name: &str) -> bool {
+    if fair {
+        client.fair_lock(name).force_unlock().await.unwrap()
+    } else {
+        client.lock(name).force_unlock().await.unwrap()
+    }
+}
+
+/// `try_lock(ZERO, None)` on `name` through a fair or a plain handle.
+async fn try_now(client: &Client, fair: bool, name: &str) -> Option<LockGuard> {
+    if fair {
+        client.fair_lock(name).try_lock(Duration::ZERO, None).await
+    } else {
+        client.lock(name).try_lock(Duration::ZERO, None).await
+    }
+    .unwrap()
+}
 
 /// Three futures of one task each lock, hold for a few ms (the critical section's work, not a
 /// wait for an event) and unlock, `ROUNDS` times. Returns how many critical sections began while
@@ -21,11 +49,7 @@ async fn overlaps_of_three_joined_futures(client: &Client, fair: bool, name: &st
     let overlaps = AtomicU32::new(0);
     let section = || async {
         for _ in 0..ROUNDS {
-            let guard = if fair {
-                client.fair_lock(name).lock().await.unwrap()
-            } else {
-                client.lock(name).lock().await.unwrap()
-            };
+            let guard = take(client, fair, name).await;
             if inside.swap(true, Ordering::SeqCst) {
                 overlaps.fetch_add(1, Ordering::SeqCst);
             }
@@ -101,11 +125,7 @@ async fn a_guard_reenters_explicitly_and_redis_counts_the_holds() {
         } else {
             "reenter-plain"
         };
-        let outer = if fair {
-            client.fair_lock(name).lock().await.unwrap()
-        } else {
-            client.lock(name).lock().await.unwrap()
-        };
+        let outer = take(&client, fair, name).await;
         let field = outer.owner_field().to_owned();
         let inner = outer.reenter(Some(Duration::from_secs(20))).await.unwrap();
         assert_eq!(inner.owner_field(), field);
@@ -120,12 +140,7 @@ async fn a_guard_reenters_explicitly_and_redis_counts_the_holds() {
         });
         assert_eq!(outer.hold_count(), 1);
         // Another client cannot take it meanwhile.
-        let taken = if fair {
-            other.fair_lock(name).try_lock(Duration::ZERO, None).await
-        } else {
-            other.lock(name).try_lock(Duration::ZERO, None).await
-        };
-        assert!(taken.unwrap().is_none(), "{name}");
+        assert!(try_now(&other, fair, name).await.is_none(), "{name}");
         outer.unlock().await.unwrap();
         assert!(!raw.exists::<_, bool>(name).unwrap(), "{name} left locked");
     }
@@ -242,12 +257,7 @@ async fn one_holder_cannot_use_one_name_as_both_kinds() {
         }
         let count: i64 = raw.hget(name, first.owner_field()).unwrap();
         assert_eq!(count, 1, "{name}: the refused call wrote nothing");
-        assert!(other
-            .lock(name)
-            .try_lock(Duration::ZERO, None)
-            .await
-            .unwrap()
-            .is_none());
+        assert!(try_now(&other, false, name).await.is_none());
         assert!(!first.is_lost());
         first.unlock().await.unwrap();
         assert!(!raw.exists::<_, bool>(name).unwrap(), "{name} left locked");
@@ -293,17 +303,8 @@ async fn reentering_a_lock_taken_away_unnoticed_takes_it_afresh_and_reports_the_
         } else {
             "unnoticed-plain"
         };
-        let old = if fair {
-            client.fair_lock(name).lock().await.unwrap()
-        } else {
-            client.lock(name).lock().await.unwrap()
-        };
-        let forced = if fair {
-            other.fair_lock(name).force_unlock().await
-        } else {
-            other.lock(name).force_unlock().await
-        };
-        assert!(forced.unwrap());
+        let old = take(&client, fair, name).await;
+        assert!(force(&other, fair, name).await);
         assert!(!old.is_lost(), "{name}: no renewal has run yet");
         let fresh = old.reenter(None).await.unwrap();
         let count: i64 = raw.hget(name, fresh.owner_field()).unwrap();
