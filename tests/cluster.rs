@@ -1,6 +1,10 @@
 //! Redis Cluster: every lock kind on a real 6-node cluster (3 masters, 3 replicas), sharded and
 //! classic pub/sub, a slot migrated under waiting waiters, and a master killed while a lock is
 //! held with waiters queued.
+//!
+//! `PubSubMode::Auto` is sharded pub/sub on Redis 7+ and Valkey, classic on Redis 6.2, which has
+//! no sharded pub/sub: the subscription checks count the kind of subscriber the server under test
+//! should see ([`auto_sharded`]).
 
 use fairlock_testkit as support;
 
@@ -34,6 +38,12 @@ async fn cluster_client_with(
     .unwrap()
 }
 
+/// Whether `PubSubMode::Auto` means sharded pub/sub on the server under test (Redis 7+, Valkey)
+/// rather than classic (Redis 6.2).
+fn auto_sharded() -> bool {
+    support::test_server().kind.auto_is_sharded()
+}
+
 /// Raw commands on the master that owns `key`.
 fn master_conn(cluster: &RedisCluster, key: &str) -> redis::Connection {
     cluster.nodes[cluster.master_for_key(key)].conn()
@@ -63,7 +73,7 @@ fn queue_len(cluster: &RedisCluster, name: &str) -> i64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fair_waiters_are_served_in_order_on_every_master_with_sharded_pubsub() {
+async fn fair_waiters_are_served_in_order_on_every_master_with_auto_pubsub() {
     support::init_tracing();
     let cluster = RedisCluster::start();
     let clients = [
@@ -87,17 +97,26 @@ async fn fair_waiters_are_served_in_order_on_every_master_with_sharded_pubsub() 
                 queue_len(&cluster, &name) == i as i64 + 1
             });
         }
-        // Every waiter listens on its own shard channel, on the master that owns the name.
+        // Every waiter listens on its own channel: a shard channel on the master that owns the
+        // name (Redis 7+), a classic one on some node (6.2).
         let mut raw = master_conn(&cluster, &name);
         let head: String = raw
             .lindex(format!("redisson_lock_queue:{{{name}}}"), 0)
             .unwrap();
-        let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
-            .arg("SHARDNUMSUB")
-            .arg(format!("redisson_lock__channel:{{{name}}}:{head}"))
-            .query(&mut raw)
-            .unwrap();
-        assert_eq!(counts.get(1), Some(&redis::Value::Int(1)), "{counts:?}");
+        let channel = format!("redisson_lock__channel:{{{name}}}:{head}");
+        assert_eq!(
+            cluster.channel_subscribers(&channel),
+            RedisCluster::one_auto_subscriber(),
+            "(classic, sharded) subscribers of {channel}"
+        );
+        if auto_sharded() {
+            let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
+                .arg("SHARDNUMSUB")
+                .arg(&channel)
+                .query(&mut raw)
+                .unwrap();
+            assert_eq!(counts.get(1), Some(&redis::Value::Int(1)), "{counts:?}");
+        }
 
         held.unlock().await.unwrap();
         for t in tasks {
@@ -111,10 +130,12 @@ async fn fair_waiters_are_served_in_order_on_every_master_with_sharded_pubsub() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redisson_style_peer_wakes_our_waiter_in_either_pubsub_mode() {
     let cluster = RedisCluster::start();
-    for (mode, publish) in [
-        (PubSubMode::Sharded, "SPUBLISH"),
-        (PubSubMode::Classic, "PUBLISH"),
-    ] {
+    // Sharded only where the server has it (Redis 7+).
+    let mut modes = vec![(PubSubMode::Classic, "PUBLISH")];
+    if support::test_server().kind.has_sharded_pubsub() {
+        modes.insert(0, (PubSubMode::Sharded, "SPUBLISH"));
+    }
+    for (mode, publish) in modes {
         let client = cluster_client(&cluster, mode).await;
         let name = format!("peer-{publish}");
         let mut raw = master_conn(&cluster, &name);
@@ -401,14 +422,20 @@ async fn waiters_follow_a_slot_migrated_while_they_wait() {
         let lock = b.lock(plain.as_str());
         tokio::spawn(async move { lock.lock().await })
     };
+    let plain_channel = format!("redisson_lock__channel:{plain}");
     let mut src = cluster.nodes[from].conn();
     wait_until(Duration::from_secs(10), "plain waiter subscribed", || {
-        let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
-            .arg("SHARDNUMSUB")
-            .arg(format!("redisson_lock__channel:{plain}"))
-            .query(&mut src)
-            .unwrap();
-        counts.get(1) == Some(&redis::Value::Int(1))
+        if auto_sharded() {
+            let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
+                .arg("SHARDNUMSUB")
+                .arg(&plain_channel)
+                .query(&mut src)
+                .unwrap();
+            counts.get(1) == Some(&redis::Value::Int(1))
+        } else {
+            // Classic (6.2): on whichever node the subscription connection sits.
+            cluster.channel_subscribers(&plain_channel) == (1, 0)
+        }
     });
 
     migrate_slot(&cluster, slot, from, to);
@@ -420,17 +447,22 @@ async fn waiters_follow_a_slot_migrated_while_they_wait() {
             .unwrap(),
         1
     );
-    // The waiters re-subscribe on the new owner (the old one dropped their shard channels).
+    // Sharded: the waiters re-subscribe on the new owner (the old one dropped their shard
+    // channels). Classic (6.2): a slot move does not touch a classic subscription, which stays.
     wait_until(
         Duration::from_secs(15),
         "waiters subscribed on the new master",
         || {
-            let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
-                .arg("SHARDNUMSUB")
-                .arg(format!("redisson_lock__channel:{plain}"))
-                .query(&mut dst)
-                .unwrap();
-            counts.get(1) == Some(&redis::Value::Int(1))
+            if auto_sharded() {
+                let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
+                    .arg("SHARDNUMSUB")
+                    .arg(&plain_channel)
+                    .query(&mut dst)
+                    .unwrap();
+                counts.get(1) == Some(&redis::Value::Int(1))
+            } else {
+                cluster.channel_subscribers(&plain_channel) == (1, 0)
+            }
         },
     );
 
@@ -510,16 +542,18 @@ async fn a_master_killed_while_held_keeps_a_synced_lock_and_serves_the_queue() {
     assert!(!held.is_lost(), "{:?}", killed.elapsed());
     // ... and the waiter, still queued, is not let in while it is held.
     assert!(!waiter.is_finished(), "two holders after the failover");
-    // Its subscription moved to the new master (sharded: the dead node's shard channel is gone).
+    // Sharded: its subscription moved to the new master (the dead node's shard channel is
+    // gone). Classic (6.2): it is on one live node (moved off the dead one if it sat there).
+    let pattern = format!("redisson_lock__channel:{{{name}}}:*");
     wait_until(
         Duration::from_secs(10),
         "the waiter subscribed on the new master",
         || {
-            subscribed_channels(
-                &mut nm,
-                true,
-                &format!("redisson_lock__channel:{{{name}}}:*"),
-            ) == 1
+            if auto_sharded() {
+                subscribed_channels(&mut nm, true, &pattern) == 1
+            } else {
+                cluster.subscribed_channels(&pattern) == (1, 0)
+            }
         },
     );
     assert_eq!(
@@ -633,14 +667,20 @@ async fn a_manual_cluster_failover_keeps_the_lock_and_moves_the_waiters() {
     // The waiter's shard subscription is live: on the new master, or (if the old master kept it
     // when it turned replica) on that replica of the same shard, which receives the shard's
     // messages too; while redis-rs re-subscribes it can briefly be on both or on neither.
+    // Classic (6.2): on any node, as every node hears every message.
     let mut om = cluster.nodes[master].conn();
     let pattern = format!("redisson_lock__channel:{{{name}}}:*");
+    let sharded = auto_sharded();
     wait_for(
         Duration::from_secs(10),
         "the waiter subscribed in the shard",
         || {
-            let n = subscribed_channels(&mut nm, true, &pattern)
-                + subscribed_channels(&mut om, true, &pattern);
+            let n = if sharded {
+                subscribed_channels(&mut nm, true, &pattern)
+                    + subscribed_channels(&mut om, true, &pattern)
+            } else {
+                cluster.subscribed_channels(&pattern).0
+            };
             (n > 0).then_some(())
         },
         || {
@@ -649,7 +689,12 @@ async fn a_manual_cluster_failover_keeps_the_lock_and_moves_the_waiters() {
                 .nodes
                 .iter()
                 .filter(|n| n.is_running())
-                .map(|n| (n.port(), subscribed_channels(&mut n.conn(), true, &pattern)))
+                .map(|n| {
+                    (
+                        n.port(),
+                        subscribed_channels(&mut n.conn(), sharded, &pattern),
+                    )
+                })
                 .collect();
             format!("(port, subscribed channels) per node: {all:?}")
         },

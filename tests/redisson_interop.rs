@@ -26,6 +26,9 @@ struct Probe {
     conn_url: String,
     /// Count sharded (`PUBSUB SHARDNUMSUB`) instead of classic subscribers.
     sharded: bool,
+    /// Count classic subscribers over these servers rather than on `conn`'s: every node of a
+    /// cluster, where a classic subscription may sit on any node.
+    classic_nodes: Vec<String>,
 }
 
 impl Probe {
@@ -34,6 +37,22 @@ impl Probe {
             conn: server.conn(),
             conn_url: server.url(),
             sharded,
+            classic_nodes: Vec::new(),
+        }
+    }
+
+    /// A probe on the master of `name`'s slot that counts subscribers of the pub/sub mode that
+    /// Redisson's and fairlock's defaults use on the server under test: sharded ones on that
+    /// master (Redis 7+), classic ones over every node (Redis 6.2, which has no sharded pub/sub).
+    fn cluster(cluster: &RedisCluster, name: &str) -> Probe {
+        let master = &cluster.nodes[cluster.master_for_key(name)];
+        if auto_sharded() {
+            Probe::new(master, true)
+        } else {
+            Probe {
+                classic_nodes: cluster.urls(),
+                ..Probe::new(master, false)
+            }
         }
     }
 
@@ -46,6 +65,7 @@ impl Probe {
                 .unwrap(),
             conn_url: self.conn_url.clone(),
             sharded: self.sharded,
+            classic_nodes: self.classic_nodes.clone(),
         }
     }
 
@@ -62,7 +82,19 @@ impl Probe {
     }
 
     fn subscribers(&mut self, channel: &str) -> i64 {
-        subscribers(&mut self.conn, self.sharded, channel)
+        if self.classic_nodes.is_empty() {
+            return subscribers(&mut self.conn, self.sharded, channel);
+        }
+        self.classic_nodes
+            .iter()
+            .map(|url| {
+                let mut conn = redis::Client::open(url.as_str())
+                    .unwrap()
+                    .get_connection()
+                    .unwrap();
+                subscribers(&mut conn, false, channel)
+            })
+            .sum()
     }
 
     /// Scripts run on this server so far (`EVALSHA` and `EVAL` calls).
@@ -1419,16 +1451,17 @@ fn settle(cluster: &RedisCluster) {
     }
 }
 
-/// Classic and sharded subscribers of `channel` summed over every node of the cluster.
+/// Classic and sharded subscribers of `channel` summed over every node of the cluster (sharded
+/// ones are 0 on a server without sharded pub/sub, Redis 6.2).
 fn cluster_subscribers(cluster: &RedisCluster, channel: &str) -> (i64, i64) {
-    let mut classic = 0;
-    let mut sharded = 0;
-    for node in &cluster.nodes {
-        let mut conn = node.conn();
-        classic += subscribers(&mut conn, false, channel);
-        sharded += subscribers(&mut conn, true, channel);
-    }
-    (classic, sharded)
+    cluster.channel_subscribers(channel)
+}
+
+/// Whether the pub/sub mode both defaults pick on a cluster of the server under test (fairlock's
+/// `PubSubMode::Auto`, Redisson's `ShardedSubscriptionMode.AUTO`) is sharded (Redis 7+, Valkey)
+/// rather than classic (Redis 6.2).
+fn auto_sharded() -> bool {
+    support::test_server().kind.auto_is_sharded()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1469,15 +1502,17 @@ async fn cluster_hand_overs_with_redisson_default_pubsub() {
         eprintln!("REDISSON CLUSTER PUBSUB ({kind}): classic {classic}, sharded {sharded}");
         assert_eq!(
             (classic, sharded),
-            (0, 1),
-            "Redisson's default on a Redis 7 cluster: sharded pub/sub"
+            RedisCluster::one_auto_subscriber(),
+            "Redisson's default on a Redis 7+ cluster: sharded pub/sub; on 6.2: classic"
         );
-        let mut master = cluster.nodes[cluster.master_for_key(&name)].conn();
-        assert_eq!(
-            subscribers(&mut master, true, &channel),
-            1,
-            "on the lock's master"
-        );
+        if auto_sharded() {
+            let mut master = cluster.nodes[cluster.master_for_key(&name)].conn();
+            assert_eq!(
+                subscribers(&mut master, true, &channel),
+                1,
+                "on the lock's master"
+            );
+        }
         holder.unlock().await.unwrap();
         java_wait
             .wait(Duration::from_secs(10))
@@ -1491,7 +1526,7 @@ async fn cluster_hand_overs_with_redisson_default_pubsub() {
     timed_hand_overs(
         &peer,
         &client,
-        |name| Probe::new(&cluster.nodes[cluster.master_for_key(name)], true),
+        |name| Probe::cluster(&cluster, name),
         "cluster",
         Duration::from_millis(25),
     )
@@ -1512,7 +1547,7 @@ async fn cluster_mixed_fair_queue_is_served_in_arrival_order() {
         .await
         .unwrap();
     let name = "mixed-cluster";
-    let mut probe = Probe::new(&cluster.nodes[cluster.master_for_key(name)], true);
+    let mut probe = Probe::cluster(&cluster, name);
     let order = run_mixed_queue(
         &default_peer,
         &client,
@@ -1527,7 +1562,9 @@ async fn cluster_mixed_fair_queue_is_served_in_arrival_order() {
 
 /// A Redisson client told to use classic pub/sub (`ShardedSubscriptionMode.OFF`) needs
 /// `PubSubMode::Classic`; with `Auto` (sharded on Redis 7) neither side hears the other's release.
-/// A Redisson left on its default whose start-up probe failed is on classic pub/sub too.
+/// A Redisson left on its default whose start-up probe failed is on classic pub/sub too. On Redis
+/// 6.2, which has no sharded pub/sub, `Auto` is classic and matches, and Redisson's probe always
+/// fails (no `PUBSUB SHARDNUMSUB`), so its default is classic too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_classic_pubsub_needs_pubsub_mode_classic() {
     let cluster = RedisCluster::start();
@@ -1585,8 +1622,9 @@ async fn cluster_classic_pubsub_needs_pubsub_mode_classic() {
     assert!(at - released < Duration::from_secs(1));
     g.unlock().await.unwrap();
 
-    // Mismatched: fairlock (Auto = sharded) releases, the classic Java waiter hears nothing and
-    // only gets the lock when its own retry comes, at the end of the lease it was told.
+    // Mismatched on Redis 7+: fairlock (Auto = sharded) releases, the classic Java waiter hears
+    // nothing and only gets the lock when its own retry comes, at the end of the lease it was
+    // told. On 6.2 Auto is classic: the same release wakes the Java waiter at once.
     let name = "mismatched";
     // Once uncontended first, so Redisson's scripts are loaded on this master (a NOSCRIPT
     // retry would count as an attempt below).
@@ -1601,7 +1639,7 @@ async fn cluster_classic_pubsub_needs_pubsub_mode_classic() {
         .lock_with_lease(Duration::from_secs(2))
         .await
         .unwrap();
-    let mut probe = Probe::new(&cluster.nodes[cluster.master_for_key(name)], true);
+    let mut probe = Probe::new(&cluster.nodes[cluster.master_for_key(name)], false);
     let calls = probe.script_calls();
     let java_wait = peer.send(&format!("lock fair {name} 1 -1"));
     // Parked: subscribed, and both attempts (before and after subscribing) made.
@@ -1619,17 +1657,26 @@ async fn cluster_classic_pubsub_needs_pubsub_mode_classic() {
     reply.ok("Java served at last");
     let waited = reply.at - released;
     eprintln!("mismatched Rust→Java: {waited:?}");
-    assert!(
-        waited > Duration::from_millis(500),
-        "the classic Java waiter heard a sharded release ({waited:?})"
-    );
+    if auto_sharded() {
+        assert!(
+            waited > Duration::from_millis(500),
+            "the classic Java waiter heard a sharded release ({waited:?})"
+        );
+    } else {
+        assert!(
+            waited < Duration::from_secs(1),
+            "Auto is classic on 6.2: the Java waiter hears the release ({waited:?})"
+        );
+    }
     peer.call(&format!("unlock fair {name} 1"))
         .await
         .ok("unlock");
 
     // Redisson's default (ShardedSubscriptionMode.AUTO) decides once, at start-up, by running
     // `PUBSUB SHARDNUMSUB` on the first seed node; when that fails it stays on classic pub/sub
-    // for good, without a word. Here an ACL denies it on the first seed while the JVM starts.
+    // for good, without a word. Here an ACL denies it on the first seed while the JVM starts
+    // (Redis 7+; 6.2 has no such subcommand, and no subcommand deny rules: the probe fails there
+    // as it is).
     let mut seed = cluster.nodes[0].conn();
     let acl = |rule: &str, conn: &mut redis::Connection| {
         let _: () = redis::cmd("ACL")
@@ -1639,9 +1686,14 @@ async fn cluster_classic_pubsub_needs_pubsub_mode_classic() {
             .query(conn)
             .unwrap();
     };
-    acl("-pubsub|shardnumsub", &mut seed);
+    let deny_probe = support::test_server().kind.has_sharded_pubsub();
+    if deny_probe {
+        acl("-pubsub|shardnumsub", &mut seed);
+    }
     let probed = JavaPeer::start(&JavaOptions::new(JavaTopology::Cluster(cluster.urls())));
-    acl("+pubsub|shardnumsub", &mut seed);
+    if deny_probe {
+        acl("+pubsub|shardnumsub", &mut seed);
+    }
     let name = "failed-probe";
     let guard = classic.fair_lock(name).lock().await.unwrap();
     let java_wait = probed.send(&format!("lock fair {name} 1 -1"));

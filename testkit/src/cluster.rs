@@ -5,7 +5,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::server::RedisServer;
-use super::server::{info_field, probe_conn, probe_info, require_binary, tail, WorkDir};
+use super::server::{info_field, probe_conn, probe_info, tail, WorkDir};
+use super::servers::test_server;
 use super::wait::{wait_for, wait_until_or};
 
 const NODES: usize = 6;
@@ -30,7 +31,7 @@ impl RedisCluster {
     /// `cluster_state:ok`, all 16384 slots assigned and ok, 6 known nodes, the same slot map as
     /// every other node, and every replica's `master_link_status:up`.
     pub fn start() -> RedisCluster {
-        let cli = require_binary("redis-cli");
+        let cli = &test_server().cli;
         let timeout = NODE_TIMEOUT_MS.to_string();
         let nodes: Vec<RedisServer> = (0..NODES)
             .map(|_| {
@@ -206,6 +207,50 @@ impl RedisCluster {
         wait_for(deadline, &what, promoted, || self.describe())
     }
 
+    /// Subscribers of `channel` summed over every running node: (classic, sharded). Classic
+    /// ones are counted with `PUBSUB NUMSUB` (a classic subscription may sit on any node),
+    /// sharded ones with `PUBSUB SHARDNUMSUB`, which a server without sharded pub/sub (6.2) does
+    /// not have: there nothing can be subscribed sharded and the second count is 0.
+    pub fn channel_subscribers(&self, channel: &str) -> (i64, i64) {
+        let sharded_too = test_server().kind.has_sharded_pubsub();
+        let mut counts = (0, 0);
+        for node in self.nodes.iter().filter(|n| n.is_running()) {
+            let mut conn = node.conn();
+            counts.0 += numsub(&mut conn, "NUMSUB", channel);
+            if sharded_too {
+                counts.1 += numsub(&mut conn, "SHARDNUMSUB", channel);
+            }
+        }
+        counts
+    }
+
+    /// Channels matching `pattern` that have subscribers, summed over every running node:
+    /// (classic, sharded), the second 0 on a server without sharded pub/sub (see
+    /// [`RedisCluster::channel_subscribers`]).
+    pub fn subscribed_channels(&self, pattern: &str) -> (usize, usize) {
+        let sharded_too = test_server().kind.has_sharded_pubsub();
+        let mut counts = (0, 0);
+        for node in self.nodes.iter().filter(|n| n.is_running()) {
+            let mut conn = node.conn();
+            counts.0 += crate::subscribed_channels(&mut conn, false, pattern);
+            if sharded_too {
+                counts.1 += crate::subscribed_channels(&mut conn, true, pattern);
+            }
+        }
+        counts
+    }
+
+    /// The counts [`RedisCluster::channel_subscribers`] shows for one subscriber of the mode
+    /// that `PubSubMode::Auto` picks on the server under test: `(0, 1)` (sharded) on 7+ and
+    /// Valkey, `(1, 0)` (classic) on 6.2.
+    pub fn one_auto_subscriber() -> (i64, i64) {
+        if test_server().kind.auto_is_sharded() {
+            (0, 1)
+        } else {
+            (1, 0)
+        }
+    }
+
     /// Index of a running replica of node `master` (by its `INFO replication`; a replica keeps
     /// naming its master after the master died).
     pub fn replica_of(&self, master: usize) -> Option<usize> {
@@ -309,4 +354,14 @@ fn slot_map(port: u16) -> Option<Vec<SlotRange>> {
     }
     map.sort_unstable();
     Some(map)
+}
+
+/// `PUBSUB NUMSUB|SHARDNUMSUB channel` on one node: the channel's subscriber count there.
+fn numsub(conn: &mut redis::Connection, sub: &str, channel: &str) -> i64 {
+    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+        .arg(sub)
+        .arg(channel)
+        .query(conn)
+        .unwrap_or_else(|e| panic!("PUBSUB {sub} {channel}: {e}"));
+    n
 }

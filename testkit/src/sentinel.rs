@@ -1,4 +1,4 @@
-//! A Sentinel-monitored group: 1 master, 2 replicas, 3 `redis-sentinel` processes.
+//! A Sentinel-monitored group: 1 master, 2 replicas, 3 sentinel processes.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -7,6 +7,7 @@ use std::fs;
 use std::time::Duration;
 
 use super::server::{info_field, probe_conn, probe_info, RedisServer};
+use super::servers::test_server;
 use super::wait::wait_for;
 
 const REPLICAS: usize = 2;
@@ -227,9 +228,11 @@ impl SentinelGroup {
     }
 }
 
-/// Starts one `redis-sentinel` with a generated `sentinel.conf` in its work dir.
+/// Starts one sentinel (the server under test run as `<server> sentinel.conf --sentinel`: the
+/// PyPI builds of 6.2 and Valkey ship no `redis-sentinel`) with a generated `sentinel.conf` in its
+/// work dir.
 fn start_sentinel(master_name: &str, master_port: u16) -> RedisServer {
-    RedisServer::launch("redis-sentinel", "sentinel", |port, dir| {
+    RedisServer::launch(&test_server().server, "sentinel", |port, dir| {
         let conf = dir.join("sentinel.conf");
         let text = format!(
             "port {port}\n\
@@ -246,7 +249,7 @@ fn start_sentinel(master_name: &str, master_port: u16) -> RedisServer {
             dir = dir.display(),
         );
         fs::write(&conf, text).expect("write sentinel.conf");
-        vec![OsString::from(conf)]
+        vec![OsString::from(conf), OsString::from("--sentinel")]
     })
 }
 

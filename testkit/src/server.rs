@@ -1,4 +1,4 @@
-//! One `redis-server` (or `redis-sentinel`) process per value, on a free loopback port, with its
+//! One server (or sentinel) process per value, on a free loopback port, with its
 //! own work directory and log file, signalled and killed by PID.
 
 use std::ffi::OsString;
@@ -7,9 +7,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::servers::{test_server, tls_server_binary};
 use super::wait::wait_until;
 
 /// How long a process gets to answer PING after being spawned.
@@ -22,30 +23,6 @@ const START_ATTEMPTS: usize = 8;
 pub const LOG_FILE: &str = "process.log";
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// Panics with the install hint unless `binary --version` runs. Checked once per binary.
-pub(crate) fn require_binary(binary: &'static str) -> &'static str {
-    static FOUND: OnceLock<Mutex<Vec<&'static str>>> = OnceLock::new();
-    let found = FOUND.get_or_init(|| Mutex::new(Vec::new()));
-    let mut found = found.lock().unwrap_or_else(|e| e.into_inner());
-    if found.contains(&binary) {
-        return binary;
-    }
-    let ok = Command::new(binary)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "`{binary}` is not installed or not on PATH: run `bash scripts/install-redis.sh` \
-         (the test suite needs real redis-server, redis-cli and redis-sentinel binaries)"
-    );
-    found.push(binary);
-    binary
-}
 
 /// A pseudo-random port in 20000..=40000 (seeded from pid, time and a counter) such that both
 /// it and its cluster bus port (+10000) can be bound right now. Two test processes can still
@@ -159,7 +136,7 @@ fn proc_state(pid: u32) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
-/// A running (or killed/stopped) `redis-server` or `redis-sentinel` owned by the test.
+/// A running (or killed/stopped) server or sentinel process owned by the test.
 pub struct RedisServer {
     /// `None` once killed/stopped and reaped. Behind a mutex so `&self` methods (signals,
     /// `is_running`) can check for exit without racing a concurrent reap.
@@ -179,9 +156,20 @@ impl RedisServer {
 
     /// A standalone server with `extra_args` appended to the command line
     /// (`--port P --bind 127.0.0.1 --save "" --appendonly no --dir <dir> --protected-mode no`).
+    /// The binary is the server under test ([`test_server`](crate::test_server)).
     pub fn start_with(extra_args: &[&str]) -> RedisServer {
+        Self::start_program(&test_server().server, extra_args)
+    }
+
+    /// [`RedisServer::start_with`] on a server built with TLS, whatever server is under test:
+    /// Debian's Redis 7.0 ([`tls_server_binary`](crate::tls_server_binary)).
+    pub fn start_tls_capable_with(extra_args: &[&str]) -> RedisServer {
+        Self::start_program(tls_server_binary(), extra_args)
+    }
+
+    fn start_program(program: &'static str, extra_args: &[&str]) -> RedisServer {
         let extra: Vec<OsString> = extra_args.iter().map(OsString::from).collect();
-        Self::launch("redis-server", "redis", |port, dir| {
+        Self::launch(program, "redis", |port, dir| {
             let mut argv: Vec<OsString> = [
                 "--port",
                 &port.to_string(),
@@ -213,7 +201,6 @@ impl RedisServer {
         label: &str,
         mut make_argv: impl FnMut(u16, &Path) -> Vec<OsString>,
     ) -> RedisServer {
-        let program = require_binary(program);
         let mut errors = Vec::new();
         for attempt in 1..=START_ATTEMPTS {
             let port = free_port();

@@ -34,8 +34,14 @@ pub fn kill_replica_links(conn: &mut redis::Connection) {
 }
 
 /// How many channels matching `pattern` have subscribers on this server: classic ones, or
-/// sharded ones when `sharded`.
+/// sharded ones when `sharded` (which panics on a server without sharded pub/sub, 6.2: a test
+/// asks for sharded subscribers only where `PubSubMode::Auto` is sharded).
 pub fn subscribed_channels(conn: &mut redis::Connection, sharded: bool, pattern: &str) -> usize {
+    assert!(
+        !sharded || crate::test_server().kind.has_sharded_pubsub(),
+        "PUBSUB SHARDCHANNELS asked of {}, which has no sharded pub/sub",
+        crate::test_server().version
+    );
     redis::cmd("PUBSUB")
         .arg(if sharded { "SHARDCHANNELS" } else { "CHANNELS" })
         .arg(pattern)

@@ -268,16 +268,17 @@ pub fn torture(test: &str, seed: u64) {
         ops_list.join(",")
     );
     let run_dir = RunDir::new(seed);
-    let server = RedisServer::start_with(&[
+    let mut args = vec![
         // Persistence so a restart is a crash, not an amnesia: replies are sent only after the
         // AOF write, and a killed process loses nothing the kernel has.
         "--appendonly",
         "yes",
         "--appendfsync",
         "no",
-        "--enable-debug-command",
-        "yes",
-    ]);
+    ];
+    // DEBUG SLEEP (the "sleep" fault): allowed by an option on 7.0+, always on 6.2.
+    args.extend_from_slice(fairlock_testkit::test_server().kind.debug_command_args());
+    let server = RedisServer::start_with(&args);
     let port = server.port();
     let origin = mono_ns();
     let epoch_offset_ms = epoch_ms() as f64 - mono_ns() as f64 / 1e6;
