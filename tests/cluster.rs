@@ -4,7 +4,7 @@
 //!
 //! `PubSubMode::Auto` is sharded pub/sub on Redis 7+ and Valkey, classic on Redis 6.2, which has
 //! no sharded pub/sub: the subscription checks count the kind of subscriber the server under test
-//! should see ([`auto_sharded`]).
+//! should see ([`auto_sharded`]), and explicit `PubSubMode::Sharded` is refused on 6.2.
 
 use fairlock_testkit as support;
 
@@ -130,7 +130,7 @@ async fn fair_waiters_are_served_in_order_on_every_master_with_auto_pubsub() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redisson_style_peer_wakes_our_waiter_in_either_pubsub_mode() {
     let cluster = RedisCluster::start();
-    // Sharded only where the server has it (Redis 7+).
+    // Sharded only where the server has it (Redis 7+); 6.2 refuses it (the next test).
     let mut modes = vec![(PubSubMode::Classic, "PUBLISH")];
     if support::test_server().kind.has_sharded_pubsub() {
         modes.insert(0, (PubSubMode::Sharded, "SPUBLISH"));
@@ -206,6 +206,69 @@ async fn a_redisson_style_peer_wakes_our_waiter_in_either_pubsub_mode() {
         guard.unlock().await.unwrap();
         assert!(!raw.exists::<_, bool>(&name).unwrap());
     }
+}
+
+/// Explicit `PubSubMode::Sharded` where the servers have no sharded pub/sub (Redis 6.2) is refused
+/// when the client is built: its scripts would fail on `SPUBLISH` after they changed the lock (a
+/// release deleting the hash, then erroring). On Redis 7+ it builds and waiters subscribe sharded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explicit_sharded_pubsub_needs_a_server_with_sharded_pubsub() {
+    let cluster = RedisCluster::start();
+    let built = Client::builder()
+        .cluster(cluster.urls())
+        .pubsub_mode(PubSubMode::Sharded)
+        .waiter_liveness(Duration::from_secs(30))
+        .build()
+        .await;
+    if !support::test_server().kind.has_sharded_pubsub() {
+        let err = built.expect_err("PubSubMode::Sharded on a Redis 6.2 cluster");
+        assert!(err.is_invalid_input(), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("Sharded") && text.contains("7"),
+            "the error names the mode and the version it needs: {text}"
+        );
+        // Nothing was written, and Auto and Classic clients work on the same cluster.
+        for mode in [PubSubMode::Auto, PubSubMode::Classic] {
+            let client = cluster_client(&cluster, mode).await;
+            let g = client.fair_lock("sharded-refused").lock().await.unwrap();
+            g.unlock().await.unwrap();
+        }
+        assert!(!master_conn(&cluster, "sharded-refused")
+            .exists::<_, bool>("sharded-refused")
+            .unwrap());
+        return;
+    }
+    let client = built.expect("PubSubMode::Sharded on a Redis 7+ cluster");
+    let name = "sharded-explicit".to_owned();
+    let held = cluster_client(&cluster, PubSubMode::Sharded)
+        .await
+        .fair_lock(name.as_str())
+        .lock()
+        .await
+        .unwrap();
+    let lock = client.fair_lock(name.as_str());
+    let waiter = tokio::spawn(async move { lock.lock().await });
+    wait_until(Duration::from_secs(10), "waiter queued", || {
+        queue_len(&cluster, &name) == 1
+    });
+    let pattern = format!("redisson_lock__channel:{{{name}}}:*");
+    wait_until(
+        Duration::from_secs(10),
+        "the waiter subscribed sharded",
+        || cluster.subscribed_channels(&pattern) == (0, 1),
+    );
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let g = joined(waiter, Duration::from_secs(10), "the waiter is served")
+        .await
+        .unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "woken by the SPUBLISH, not a heartbeat: {:?}",
+        released.elapsed()
+    );
+    g.unlock().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -114,7 +114,10 @@ impl Conn {
                 )
                 .await?;
                 let sharded = match pubsub {
-                    PubSubMode::Sharded => true,
+                    PubSubMode::Sharded => {
+                        require_sharded_pubsub(server_major_version(&mut conn).await?)?;
+                        true
+                    }
                     PubSubMode::Classic => false,
                     PubSubMode::Auto => server_major_version(&mut conn).await? >= 7,
                 };
@@ -176,6 +179,22 @@ impl Conn {
             }
         }
     }
+}
+
+/// Refuses `PubSubMode::Sharded` on a cluster whose servers report a major version below 7: they
+/// have no `SPUBLISH`, and a release script would fail on it after deleting the lock. (An
+/// unknown version, 0, is let through.)
+fn require_sharded_pubsub(major: u32) -> Result<()> {
+    if (1..7).contains(&major) {
+        return Err(crate::error::Error::InvalidArgument {
+            argument: "pubsub_mode",
+            reason: format!(
+                "PubSubMode::Sharded needs Redis 7+ (SPUBLISH/SSUBSCRIBE); the cluster runs \
+                 Redis {major}: use PubSubMode::Auto or PubSubMode::Classic"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The major version of one cluster node (they are assumed to run the same release).
