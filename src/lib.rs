@@ -4,7 +4,7 @@
 //! using Redisson (`RFairLock` / `RLock`) on the same lock names.
 //!
 //! * [`FairLock`]: waiters are served in arrival order; only the head of the queue is woken.
-//! * [`Lock`]: Redisson's non-fair `RLock`; one release message wakes one local waiter.
+//! * [`NonFairLock`]: Redisson's non-fair `RLock`; one release message wakes one local waiter.
 //! * [`RedLock`]: the Redlock algorithm over several independent masters (majority quorum).
 //! * Every acquisition call is its own holder, so two calls exclude each other even as futures of
 //!   one task; re-entry is explicit ([`LockGuard::reenter`], or a [`Holder`] shared on purpose),
@@ -90,12 +90,20 @@ pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_REDISSON_WAIT, DEFAULT_TIMER_SLOTS, DEFAULT_TIMER_TICK,
     DEFAULT_WAITER_LIVENESS, DEFAULT_WATCHDOG_TIMEOUT, MAX_DURATION,
 };
+pub use conn::subscriber::SubscriberState;
 pub use engine::validity::LostReason;
 pub use error::{Error, Result};
 pub use lock::client::Client;
+pub use lock::client::Health;
 pub use lock::fair::FairLock;
 pub use lock::guard::LockGuard;
 pub use lock::holder::Holder;
+#[allow(deprecated)]
 pub use lock::plain::Lock;
+pub use lock::plain::NonFairLock;
+/// The redis-rs crate fairlock is built on, for the types its builder takes
+/// ([`redis::Client`], [`redis::ConnectionInfo`], [`redis::cluster::ClusterClientBuilder`],
+/// [`redis::sentinel::SentinelNodeConnectionInfo`]) without a second, mismatched version.
+pub use redis;
 pub use redlock::{RedLock, RedLockGuard};
 pub use state::{DeadReason, LockState, Owner, QueuedWaiter};

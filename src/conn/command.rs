@@ -9,24 +9,33 @@
 //! failure ([`SentinelMaster`]).
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, PushInfo, RedisFuture, Value};
 use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use std::sync::Arc;
 
 use crate::config::{Config, PubSubMode, Topology};
+use crate::conn::names::{self, KeepNames};
 use crate::conn::sentinel::SentinelMaster;
 use crate::error::{timed_out, Result};
 
 /// A cheap-to-clone handle on the client's command connection.
 #[derive(Clone)]
 pub(crate) enum Conn {
-    Standalone(ConnectionManager),
+    Standalone {
+        manager: ConnectionManager,
+        /// Keeps the connection's name after reconnects while the client lives.
+        _names: Arc<KeepNames>,
+    },
     Cluster {
         conn: ClusterConnection,
         /// Release messages use `SPUBLISH` / `SSUBSCRIBE`.
         sharded: bool,
+        /// Keeps the node connections' names after reconnects while the client lives.
+        _names: Arc<KeepNames>,
     },
     Sentinel(SentinelMaster),
 }
@@ -34,7 +43,7 @@ pub(crate) enum Conn {
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Conn::Standalone(_) => f.write_str("Conn::Standalone"),
+            Conn::Standalone { .. } => f.write_str("Conn::Standalone"),
             Conn::Cluster { sharded, .. } => write!(f, "Conn::Cluster {{ sharded: {sharded} }}"),
             Conn::Sentinel(_) => f.write_str("Conn::Sentinel"),
         }
@@ -72,28 +81,43 @@ pub(crate) const CLUSTER_RETRIES: u32 = 2;
 impl Conn {
     /// Opens the command connection for the configured topology, and says where the subscriber
     /// opens its own (on a cluster, the subscription-only connection is opened here too).
-    pub(crate) async fn connect(config: &Config) -> Result<(Conn, PubSubLink)> {
+    pub(crate) async fn connect(config: &Config, id: Uuid) -> Result<(Conn, PubSubLink)> {
+        let cmd_name = names::command_name(id);
         match &config.topology {
-            Topology::Standalone(url) => {
-                let client = redis::Client::open(url.as_str())?;
+            Topology::Standalone(client) => {
+                let client = (**client).clone();
+                let (tx, pushes) = mpsc::unbounded_channel();
                 let cm_config = ConnectionManagerConfig::new()
                     .set_response_timeout(Some(config.command_timeout))
                     .set_connection_timeout(Some(config.connect_timeout))
-                    .set_number_of_retries(2);
-                let manager = tokio::time::timeout(
+                    .set_number_of_retries(2)
+                    .set_push_sender(tx);
+                let mut manager = tokio::time::timeout(
                     config.connect_timeout,
                     ConnectionManager::new_with_config(client.clone(), cm_config),
                 )
                 .await
                 .map_err(|_| timed_out("connect timed out"))??;
+                names::name_connection(&mut manager, &cmd_name).await;
+                let (keep, stop) = KeepNames::new();
+                tokio::spawn(names::keep_standalone_named(
+                    manager.clone(),
+                    cmd_name,
+                    pushes,
+                    stop,
+                ));
                 Ok((
-                    Conn::Standalone(manager),
+                    Conn::Standalone {
+                        manager,
+                        _names: Arc::new(keep),
+                    },
                     PubSubLink::Classic(Box::new(client)),
                 ))
             }
-            Topology::Cluster { nodes, pubsub } => {
+            Topology::Cluster { seeds, pubsub } => {
                 let builder = || {
-                    ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                    seeds
+                        .builder()
                         .connection_timeout(config.connect_timeout)
                         .response_timeout(config.command_timeout)
                         .retries(CLUSTER_RETRIES)
@@ -105,8 +129,8 @@ impl Conn {
                         .map_err(crate::error::Error::from)
                 };
                 let mut conn = connect(builder().build()?).await?;
-                let (tx, pushes) = mpsc::unbounded_channel();
-                let subscriptions = connect(
+                let (tx, raw_pushes) = mpsc::unbounded_channel();
+                let mut subscriptions = connect(
                     builder()
                         .use_protocol(redis::ProtocolVersion::RESP3)
                         .push_sender(tx)
@@ -118,8 +142,31 @@ impl Conn {
                     PubSubMode::Classic => false,
                     PubSubMode::Auto => server_major_version(&mut conn).await? >= 7,
                 };
+                for (c, name) in [
+                    (&mut conn, cmd_name),
+                    (&mut subscriptions, names::subscriber_name(id)),
+                ] {
+                    if let Err(e) = names::name_cluster(c, &name).await {
+                        tracing::debug!(connection = name, error = %e,
+                            "CLIENT SETNAME failed on a cluster node; connection left unnamed");
+                    }
+                }
+                let (keep, stop) = KeepNames::new();
+                let (forward, pushes) = mpsc::unbounded_channel();
+                tokio::spawn(names::keep_cluster_named(
+                    conn.clone(),
+                    subscriptions.clone(),
+                    id,
+                    raw_pushes,
+                    forward,
+                    stop,
+                ));
                 Ok((
-                    Conn::Cluster { conn, sharded },
+                    Conn::Cluster {
+                        conn,
+                        sharded,
+                        _names: Arc::new(keep),
+                    },
                     PubSubLink::Cluster {
                         conn: subscriptions,
                         sharded,
@@ -130,11 +177,13 @@ impl Conn {
             Topology::Sentinel {
                 master_name,
                 sentinels,
+                master,
             } => {
                 let master = SentinelMaster::connect(
                     master_name,
                     sentinels,
-                    config.master_auth.as_ref(),
+                    master.clone(),
+                    cmd_name,
                     config.connect_timeout,
                     config.command_timeout,
                 )
@@ -160,7 +209,7 @@ impl Conn {
     /// Runs a keyless command on the master that owns `slot` (cluster), or on the one server.
     pub(crate) async fn on_master_of(&mut self, slot: u16, cmd: &Cmd) -> Result<Value> {
         match self {
-            Conn::Standalone(c) => Ok(c.req_packed_command(cmd).await?),
+            Conn::Standalone { manager: c, .. } => Ok(c.req_packed_command(cmd).await?),
             Conn::Sentinel(c) => Ok(c.req_packed_command(cmd).await?),
             Conn::Cluster { conn, .. } => {
                 let route = redis::cluster_routing::Route::new(
@@ -199,7 +248,7 @@ async fn server_major_version(conn: &mut ClusterConnection) -> Result<u32> {
 impl Conn {
     fn send<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Conn::Standalone(c) => c.req_packed_command(cmd),
+            Conn::Standalone { manager: c, .. } => c.req_packed_command(cmd),
             Conn::Cluster { conn, .. } => conn.req_packed_command(cmd),
             Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
@@ -212,7 +261,7 @@ impl Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Conn::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Standalone { manager: c, .. } => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster { conn, .. } => conn.req_packed_commands(pipeline, offset, count),
             Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
@@ -279,7 +328,7 @@ impl ConnectionLike for Conn {
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Standalone(c) => c.get_db(),
+            Conn::Standalone { manager: c, .. } => c.get_db(),
             Conn::Cluster { conn, .. } => conn.get_db(),
             Conn::Sentinel(c) => c.get_db(),
         }

@@ -49,7 +49,7 @@ use crate::lock::handle::Handle;
 ///
 /// * [`FairLock`] when waiting order matters (no starvation, predictable latency under
 ///   contention) or a Java service uses `RFairLock` on the same name.
-/// * [`Lock`](crate::Lock) when order does not matter or a Java service uses `RLock`: one key per
+/// * [`NonFairLock`](crate::NonFairLock) when order does not matter or a Java service uses `RLock`: one key per
 ///   lock, slightly cheaper, but a releasing client can re-acquire before a waiter elsewhere.
 /// * [`RedLock`](crate::RedLock) only when you run several independent masters (no replication
 ///   between them) and want the lock to survive the loss of a minority of them. Each attempt costs
@@ -108,6 +108,8 @@ use crate::lock::handle::Handle;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
+#[doc(alias = "RFairLock")]
+#[must_use = "a lock handle does nothing until one of its methods is called"]
 pub struct FairLock(Handle);
 
 impl FairLock {

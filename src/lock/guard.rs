@@ -96,7 +96,7 @@ impl LockGuard {
 
     /// The holder this hold belongs to (the second half of [`owner_field`](Self::owner_field)).
     /// Give it to [`FairLock::with_holder`](crate::FairLock::with_holder) (or
-    /// [`Lock::with_holder`](crate::Lock::with_holder)) to let other calls, in this task or
+    /// [`NonFairLock::with_holder`](crate::NonFairLock::with_holder)) to let other calls, in this task or
     /// others, share this hold.
     pub fn holder(&self) -> Holder {
         let id = self
@@ -180,7 +180,7 @@ impl LockGuard {
     /// succeeds, as in Redisson (the next waiter is woken). Releasing a lock that is known
     /// [lost](Self::lost) for any other reason (gone, renewals failed, validity window passed,
     /// shutdown), or that Redis shows held by somebody else, is [`Error::NotHeld`]; so is a
-    /// non-fair [`Lock`](crate::Lock) that expired, as Redisson's `RLock.unlock` throws.
+    /// non-fair [`NonFairLock`](crate::NonFairLock) that expired, as Redisson's `RLock.unlock` throws.
     ///
     /// # Errors
     /// [`Error::NotHeld`] as above; [`Error::Redis`] when the release could not be sent. After an error the

@@ -140,7 +140,7 @@ impl Handle {
     }
 }
 
-/// Defines the public methods [`FairLock`](crate::FairLock) and [`Lock`](crate::Lock) share, each
+/// Defines the public methods [`FairLock`](crate::FairLock) and [`NonFairLock`](crate::NonFairLock) share, each
 /// a one-line delegation to the type's [`Handle`] (`self.0`). Every type passes its own
 /// documentation for every method, so each keeps the docs of its own semantics; only the bodies
 /// (and the `#[must_use]` of the builder-style setters) are written once, here.
