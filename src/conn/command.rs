@@ -12,7 +12,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, PushInfo, RedisFuture, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use uuid::Uuid;
 
 use std::sync::Arc;
@@ -27,8 +27,9 @@ use crate::error::{timed_out, Result};
 pub(crate) enum Conn {
     Standalone {
         manager: ConnectionManager,
-        /// Keeps the connection's name after reconnects while the client lives.
-        _names: Arc<KeepNames>,
+        /// Keeps the connection's name after reconnects while the client lives: poked after a
+        /// failure that makes the manager reconnect.
+        names: Arc<(KeepNames, Arc<Notify>)>,
     },
     Cluster {
         conn: ClusterConnection,
@@ -86,12 +87,10 @@ impl Conn {
         match &config.topology {
             Topology::Standalone(client) => {
                 let client = (**client).clone();
-                let (tx, pushes) = mpsc::unbounded_channel();
                 let cm_config = ConnectionManagerConfig::new()
                     .set_response_timeout(Some(config.command_timeout))
                     .set_connection_timeout(Some(config.connect_timeout))
-                    .set_number_of_retries(2)
-                    .set_push_sender(tx);
+                    .set_number_of_retries(2);
                 let mut manager = tokio::time::timeout(
                     config.connect_timeout,
                     ConnectionManager::new_with_config(client.clone(), cm_config),
@@ -100,16 +99,17 @@ impl Conn {
                 .map_err(|_| timed_out("connect timed out"))??;
                 names::name_connection(&mut manager, &cmd_name).await;
                 let (keep, stop) = KeepNames::new();
+                let failed = Arc::new(Notify::new());
                 tokio::spawn(names::keep_standalone_named(
                     manager.clone(),
                     cmd_name,
-                    pushes,
+                    failed.clone(),
                     stop,
                 ));
                 Ok((
                     Conn::Standalone {
                         manager,
-                        _names: Arc::new(keep),
+                        names: Arc::new((keep, failed)),
                     },
                     PubSubLink::Classic(Box::new(client)),
                 ))
@@ -245,7 +245,21 @@ async fn server_major_version(conn: &mut ClusterConnection) -> Result<u32> {
     Ok(major)
 }
 
+/// Whether a standalone connection manager reconnects after this error (so its name is gone).
+fn reconnects_after(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
 impl Conn {
+    /// After a failed command: a standalone manager that reconnects must be named again.
+    fn after_failure<T>(&self, reply: &redis::RedisResult<T>) {
+        if let (Conn::Standalone { names, .. }, Err(e)) = (self, reply) {
+            if reconnects_after(e) {
+                names.1.notify_one();
+            }
+        }
+    }
+
     fn send<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Standalone { manager: c, .. } => c.req_packed_command(cmd),
@@ -294,6 +308,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             let reply = self.send(cmd).await;
+            self.after_failure(&reply);
             if noscript_reply(&reply) {
                 if let Some(eval) = crate::scripts::eval_instead(cmd) {
                     tracing::debug!("script not cached on the node; sent as EVAL");
@@ -312,6 +327,7 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             let replies = self.send_pipeline(pipeline, offset, count).await;
+            self.after_failure(&replies);
             let noscript = match &replies {
                 Err(e) => is_noscript(e),
                 Ok(values) => values.iter().any(noscript_value),

@@ -15,6 +15,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{PushInfo, PushKind};
+
 use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
@@ -101,22 +102,18 @@ where
     }
 }
 
-/// Names the standalone connection manager's connection again after each reconnect (its
-/// disconnection notices arrive on `pushes`).
+/// Names the standalone connection manager's connection again after each failure that makes it
+/// reconnect (the command path pokes `failed`; a RESP2 manager has no disconnection notices).
 pub(crate) async fn keep_standalone_named(
     manager: ConnectionManager,
     name: String,
-    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+    failed: std::sync::Arc<tokio::sync::Notify>,
     mut stop: Stop,
 ) {
     loop {
-        let push = tokio::select! {
+        tokio::select! {
             _ = stop.fired() => return,
-            push = pushes.recv() => push,
-        };
-        let Some(push) = push else { return };
-        if push.kind != PushKind::Disconnection {
-            continue;
+            _ = failed.notified() => {}
         }
         let send = || {
             let mut manager = manager.clone();

@@ -138,6 +138,12 @@ impl Client {
         })
     }
 
+    /// The state of the client's subscription connection (no I/O); also part of
+    /// [`health`](Self::health).
+    pub fn subscriber_state(&self) -> SubscriberState {
+        self.inner.subscriber.state()
+    }
+
     /// Whether [`shutdown`](Self::shutdown) has been called.
     pub fn is_shutdown(&self) -> bool {
         *self.inner.closed.borrow()
