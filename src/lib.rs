@@ -96,7 +96,7 @@ pub use error::{Error, Result};
 pub use lock::client::Client;
 pub use lock::client::Health;
 pub use lock::fair::FairLock;
-pub use lock::guard::LockGuard;
+pub use lock::guard::{LockGuard, LostSignal};
 pub use lock::holder::Holder;
 #[allow(deprecated)]
 pub use lock::plain::Lock;

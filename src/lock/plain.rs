@@ -90,6 +90,30 @@ impl NonFairLock {
         /// # Cancel safety
         /// Cancel safe, as [`lock`](Self::lock).
         async fn try_lock;
+        /// Takes the lock as [`lock`](Self::lock) does (no lease: the watchdog keeps it), runs
+        /// `work` while the lock is trusted, and releases it when the work is done: the work is
+        /// dropped the moment the lock is lost. Returns the work's output or why it stopped; see
+        /// [`LockGuard::run`](crate::LockGuard::run), which does the same with a guard taken any
+        /// other way (a lease, a bounded wait).
+        ///
+        /// ```no_run
+        /// # async fn demo(client: fairlock::Client) -> fairlock::Result<()> {
+        /// let rows = client
+        ///     .lock("cache-rebuild")
+        ///     .run(async { /* work under the lock */ 42 })
+        ///     .await?;
+        /// # let _ = rows; Ok(()) }
+        /// ```
+        ///
+        /// # Errors
+        /// As [`lock`](Self::lock); [`Error::Lost`](crate::Error::Lost) when the lock was lost
+        /// before the work finished.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: dropping the future while it waits gives up the wait, as
+        /// [`lock`](Self::lock); while the work runs, it drops the work and releases the lock in
+        /// the background.
+        async fn run;
         /// Deletes the lock whoever holds it and publishes the release. Returns whether it was held.
         ///
         /// # Cancel safety
