@@ -18,6 +18,7 @@ use crate::util::join_all;
 
 /// Connects, starts the subscriber and the driver, and returns the state they share.
 pub(crate) async fn start(config: Config) -> Result<Arc<Inner>> {
+    crate::metrics::describe();
     let id = Uuid::new_v4();
     let (conn, link) = Conn::connect(&config, id).await?;
     let subscriber = Subscriber::start(
