@@ -65,6 +65,7 @@
 //! it, and `docs/ARCHITECTURE.md` how the crate is put together.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,
