@@ -15,6 +15,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
+echo "== paths cited by the documents"
+bash scripts/check-doc-paths.sh
 echo "== tests"
 if cargo nextest --version >/dev/null 2>&1; then
   # Tests start their own servers; keep parallelism within what 2 cores can serve.
