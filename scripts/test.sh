@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit + integration tests against real redis-server
-# processes and the real Redisson client (tests/redisson_interop.rs), doc tests and docs. Installs
-# redis-server, Java and Redisson's libraries first when they are missing.
+# The whole test suite: formatting, lints, docs and the paths they cite, the library's features one
+# at a time, a publish dry run, unit + integration tests against real redis-server processes and
+# the real Redisson client (tests/redisson_interop.rs), doc tests. Installs redis-server, Java,
+# Redisson's libraries and cargo-hack first when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-redis.sh
@@ -15,6 +16,15 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
+echo "== paths cited by the documents"
+bash scripts/check-doc-paths.sh
+echo "== the library with no features and with each feature alone (cargo-hack)"
+bash scripts/check-features.sh
+echo "== cargo publish --dry-run (the library, and the CLI against the packaged library)"
+# --workspace packs both crates and verifies the CLI against the library through a temporary
+# local registry (the CLI's fairlock dependency is not on crates.io yet). --allow-dirty: this
+# runs on work trees with uncommitted changes too.
+cargo publish --workspace --exclude fairlock-testkit --dry-run --allow-dirty
 echo "== tests"
 if cargo nextest --version >/dev/null 2>&1; then
   # Tests start their own servers; keep parallelism within what 2 cores can serve.

@@ -155,9 +155,11 @@ impl fmt::Debug for Topology {
     }
 }
 
-/// How release messages travel on a Redis Cluster (PROTOCOL 5). Sharded and classic pub/sub do
+/// How release messages travel on a Redis Cluster ([PROTOCOL 5]). Sharded and classic pub/sub do
 /// not hear each other, so every client of one lock, Java ones included, must use the same mode.
 /// Outside a cluster messages always use classic `PUBLISH` / `SUBSCRIBE`.
+///
+/// [PROTOCOL 5]: crate::protocol
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum PubSubMode {
@@ -608,12 +610,14 @@ impl Builder {
     /// [`DEFAULT_REDISSON_WAIT`] (5 minutes).
     ///
     /// Every Redisson acquisition (and every timed-out Redisson wait) moves the deadline of each
-    /// waiter behind it that much earlier, fairlock's waiters included (PROTOCOL 4). fairlock's
+    /// waiter behind it that much earlier, fairlock's waiters included ([PROTOCOL 4]). fairlock's
     /// waiters keep one such margin in their deadline per Redisson waiter ahead of them, so
     /// Redisson's purge never takes a live one of ours for dead; whether one of ours is alive is
     /// judged by a liveness mark Redisson does not touch. A Redisson client that waits longer
     /// than this on the same fair lock can make a live fairlock waiter lose its place (it then
     /// rejoins at the head, out of order). Nothing changes for queues without Redisson waiters.
+    ///
+    /// [PROTOCOL 4]: crate::protocol
     #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn redisson_wait(mut self, wait: Duration) -> Self {
         self.redisson_wait = wait;

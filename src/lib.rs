@@ -60,11 +60,12 @@
 //! ```
 //!
 //! The wire protocol (keys, fields, channels, messages) is Redisson's; [`keys`] derives every key
-//! and channel name of a lock, for tools that look at locks from the outside. The repository's
-//! `docs/PROTOCOL.md` says exactly what is shared with Java clients and what fairlock does beyond
-//! it, and `docs/ARCHITECTURE.md` how the crate is put together.
+//! and channel name of a lock, for tools that look at locks from the outside. [`protocol`] says
+//! exactly what is shared with Java clients and what fairlock does beyond it, and
+//! [`architecture`] how the crate is put together.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -107,3 +108,16 @@ pub use lock::plain::NonFairLock;
 pub use redis;
 pub use redlock::{RedLock, RedLockGuard};
 pub use state::{DeadReason, LockState, Owner, QueuedWaiter};
+
+// Doc-only modules: the repository's documents, so docs.rs shows them beside the API.
+
+#[doc = include_str!("../docs/PROTOCOL.md")]
+pub mod protocol {}
+
+// These link definitions come first, so they win over the file's own (which serve readers of the
+// repository): `[PROTOCOL.md]` goes to the module above, `[cli/README.md]` to the repository.
+#[doc = "[PROTOCOL.md]: crate::protocol"]
+#[doc = "[cli/README.md]: https://github.com/fairlock-rs/fairlock/blob/main/cli/README.md"]
+#[doc = ""]
+#[doc = include_str!("../docs/ARCHITECTURE.md")]
+pub mod architecture {}
