@@ -121,3 +121,9 @@ pub mod protocol {}
 #[doc = ""]
 #[doc = include_str!("../docs/ARCHITECTURE.md")]
 pub mod architecture {}
+
+// The README's Rust examples are compiled as doc tests (not run: they need a server); one of
+// them uses `redis::Client::build_with_tls`, hence the feature.
+#[cfg(all(doctest, feature = "tls-rustls"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
