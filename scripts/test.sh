@@ -23,7 +23,11 @@ bash scripts/check-features.sh
 echo "== cargo publish --dry-run (the library, and the CLI against the packaged library)"
 # --workspace packs both crates and verifies the CLI against the library through a temporary
 # local registry (the CLI's fairlock dependency is not on crates.io yet). --allow-dirty: this
-# runs on work trees with uncommitted changes too.
+# runs on work trees with uncommitted changes too. Cargo unpacks that registry's crates under
+# $CARGO_HOME/registry/src/-<hash of target/package>/ and reuses an unpacked fairlock-0.1.0 from an
+# earlier run of the same version, which would verify the CLI against stale library sources: it
+# is removed first.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/fairlock-[0-9]*
 cargo publish --workspace --exclude fairlock-testkit --dry-run --allow-dirty
 echo "== tests"
 if cargo nextest --version >/dev/null 2>&1; then
