@@ -492,7 +492,10 @@ impl Builder {
     /// How to connect to the master Sentinel names (and to a replica it promotes): TLS mode,
     /// database, credentials, protocol and TCP settings, as redis-rs's
     /// [`SentinelNodeConnectionInfo`](redis::sentinel::SentinelNodeConnectionInfo) holds them.
-    /// Defaults to plain TCP, database 0, no credentials. Only valid with
+    /// Defaults to plain TCP, database 0, no credentials. With TLS, the master's certificate is
+    /// checked against the system's root certificates (a private CA for Sentinel-managed
+    /// masters is not supported yet: redis-rs takes such certificates only through a builder
+    /// this client cannot read its settings back from). Only valid with
     /// [`sentinel`](Self::sentinel), and not together with
     /// [`sentinel_master_auth`](Self::sentinel_master_auth) (put the credentials in here).
     ///
