@@ -46,8 +46,14 @@ async fn run_job(State(app): State<App>, Path(name): Path<String>) -> (StatusCod
     // `run` drops the job the moment the lock is lost (another instance may be running it now:
     // stop touching its data at once) and releases the lock when the job is done.
     match guard.run(the_job(&name)).await {
-        Ok(()) => (StatusCode::OK, format!("{name}: done in {:?}\n", started.elapsed())),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{name}: aborted: {e}\n")),
+        Ok(()) => (
+            StatusCode::OK,
+            format!("{name}: done in {:?}\n", started.elapsed()),
+        ),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{name}: aborted: {e}\n"),
+        ),
     }
 }
 

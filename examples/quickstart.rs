@@ -40,7 +40,9 @@ async fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let guard = lock.lock().await?;
     // One client per process, cloned: every lock call is its own holder, so the workers exclude
     // each other (and queue in order) while sharing one command and one subscription connection.
-    println!("   main holds {name}; five workers (tasks sharing the client) queue up one after another");
+    println!(
+        "   main holds {name}; five workers (tasks sharing the client) queue up one after another"
+    );
     let order = Arc::new(Mutex::new(Vec::new()));
     // When the previous holder released, to show how fast the next one is woken.
     let released_at = Arc::new(Mutex::new(Instant::now()));

@@ -478,6 +478,7 @@ impl Attempt<'_> {
                     quorum,
                     valid_until: started + self.validity_lease - margin,
                     fixed_lease: self.lease.is_some(),
+                    node_timeout: self.node_timeout,
                 }));
             }
             // Not enough: release every grant of this round (in the background; a re-entry by our
@@ -552,6 +553,8 @@ pub struct RedLockGuard {
     valid_until: Instant,
     /// Taken with a lease (never renewed): `valid_until` is the end of the lock.
     fixed_lease: bool,
+    /// Bound of one master's answer (as in the acquisition).
+    node_timeout: Duration,
 }
 
 impl RedLockGuard {
@@ -599,6 +602,50 @@ impl RedLockGuard {
             return Duration::ZERO;
         }
         self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// Extends a lock taken with a lease to `lease` from now on every master that still holds it
+    /// ([`LockGuard::extend`] on each, at once, each bounded by the node timeout). Succeeds when
+    /// a majority extended it; [`valid_until`](Self::valid_until) then moves to the start of the
+    /// extension plus `lease` minus the drift margin (never earlier than it was).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a lock renewed by the watchdog or a bad lease;
+    /// [`Error::QuorumNotReached`] when fewer than a majority extended it (the lock keeps its
+    /// old validity and may well be lost).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future leaves the validity as it was (some masters may have
+    /// extended the lock, which only keeps it longer there).
+    pub async fn extend(&mut self, lease: Duration) -> Result<()> {
+        duration_ms("lease", lease)?;
+        if !self.fixed_lease {
+            return Err(Error::invalid_argument(
+                "extend",
+                "this lock is renewed by the watchdog; only locks taken with a lease are extended",
+            ));
+        }
+        let started = Instant::now();
+        let timeout = self.node_timeout;
+        let extended = join_all(self.nodes.iter().map(|node| async move {
+            matches!(
+                tokio::time::timeout(timeout, node.extend(lease)).await,
+                Ok(Ok(()))
+            )
+        }))
+        .await
+        .into_iter()
+        .filter(|ok| *ok)
+        .count();
+        if extended < self.quorum {
+            return Err(Error::QuorumNotReached {
+                acquired: extended,
+                needed: self.quorum,
+            });
+        }
+        let until = started + lease.saturating_sub(drift(lease));
+        self.valid_until = self.valid_until.max(until);
+        Ok(())
     }
 
     /// Whether the lock is known lost (cheap, no I/O): fewer than a majority of the per-master

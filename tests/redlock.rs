@@ -407,3 +407,40 @@ fn bounds(red: RedLock, guard: RedLockGuard) {
     send(guard.lost());
     send(guard.unlock());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_is_extended_on_a_majority() {
+    let (mut servers, clients) = masters(3).await;
+    let lease = Duration::from_millis(600);
+    let red = RedLock::new(clients, NAME);
+    let mut guard = red.lock_with_lease(lease).await.unwrap();
+    let first = guard.valid_until();
+    // One master goes away: two of three still extend.
+    servers[2].kill();
+    guard.extend(Duration::from_secs(10)).await.unwrap();
+    assert!(guard.valid_until() > first + Duration::from_secs(5));
+    for server in &servers[..2] {
+        let pttl: i64 = server.conn().pttl(NAME).unwrap();
+        assert!(pttl > 8_000, "{pttl}");
+    }
+    // Past the first lease, still held and trusted.
+    tokio::time::sleep_until((first + lease).into()).await;
+    assert!(!guard.is_lost());
+    // A second master gone: no majority extends any more, and the validity stays.
+    servers[1].kill();
+    let before = guard.valid_until();
+    let err = guard.extend(Duration::from_secs(20)).await.unwrap_err();
+    assert!(err.is_quorum_not_reached(), "{err:?}");
+    assert!(guard.valid_until() <= before);
+    // A watchdog Redlock is not extended.
+    let red = RedLock::new(
+        [Client::connect(&servers[0].url()).await.unwrap()],
+        "red-watchdog",
+    );
+    let mut watchdog = red.lock().await.unwrap();
+    assert!(watchdog
+        .extend(Duration::from_secs(1))
+        .await
+        .unwrap_err()
+        .is_invalid_argument());
+}
