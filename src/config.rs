@@ -4,7 +4,12 @@
 //! client connects (`Builder::build` lives in `lock/client.rs`).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+use redis::cluster::ClusterClientBuilder;
+use redis::sentinel::SentinelNodeConnectionInfo;
+use redis::{ConnectionInfo, IntoConnectionInfo};
 
 use crate::error::{duration_ms, Error, Result};
 
@@ -36,15 +41,16 @@ pub const DEFAULT_BATCH_SIZE: usize = 100;
 /// `lock()` uses (Redisson's `threadWaitTime`).
 pub const DEFAULT_REDISSON_WAIT: Duration = Duration::from_secs(300);
 
-/// Which Redis deployment the client talks to.
-#[derive(Clone, PartialEq, Eq)]
+/// Which Redis deployment the client talks to, with everything needed to connect to it.
+#[derive(Clone)]
 pub(crate) enum Topology {
-    /// One Redis server (or a master whose replicas the client does not follow).
-    Standalone(String),
-    /// A Redis Cluster, reached through any of these seed nodes.
+    /// One Redis server (or a master whose replicas the client does not follow). Boxed: with
+    /// redis-rs's TLS support on, a `redis::Client` is several times the size of the others.
+    Standalone(Box<redis::Client>),
+    /// A Redis Cluster.
     Cluster {
-        /// Seed node URLs; the client discovers the rest from them.
-        nodes: Vec<String>,
+        /// The seed nodes, or the caller's own cluster client builder.
+        seeds: ClusterSeeds,
         /// How release messages travel.
         pubsub: PubSubMode,
     },
@@ -53,41 +59,107 @@ pub(crate) enum Topology {
     Sentinel {
         /// The name the sentinels monitor the master under (`sentinel monitor <name> …`).
         master_name: String,
-        /// Sentinel URLs (`redis://host:port`); any one that answers is enough.
-        sentinels: Vec<String>,
+        /// How to reach the sentinels; any one that answers is enough.
+        sentinels: Vec<ConnectionInfo>,
+        /// How to connect to the master (and a promoted replica) the sentinels name.
+        master: SentinelNodeConnectionInfo,
     },
 }
 
+/// Makes a cluster client builder with the caller's settings (see [`Builder::cluster_client`]).
+pub(crate) type MakeClusterBuilder = Arc<dyn Fn() -> ClusterClientBuilder + Send + Sync>;
+
+/// Where a cluster client starts from.
+#[derive(Clone)]
+pub(crate) enum ClusterSeeds {
+    /// Seed nodes; credentials and TLS come from the first one, as in redis-rs.
+    Nodes(Vec<ConnectionInfo>),
+    /// The caller's builder, made afresh for each of the client's cluster connections.
+    Builder(MakeClusterBuilder),
+}
+
+impl ClusterSeeds {
+    /// A cluster client builder with the caller's settings.
+    pub(crate) fn builder(&self) -> ClusterClientBuilder {
+        match self {
+            ClusterSeeds::Nodes(nodes) => ClusterClientBuilder::new(nodes.iter().cloned()),
+            ClusterSeeds::Builder(make) => make(),
+        }
+    }
+}
+
+impl Topology {
+    /// Whether two topologies name one deployment (a RedLock needs independent masters). Two
+    /// cluster clients made by closures are the same only when they share the closure.
+    pub(crate) fn same_deployment(&self, other: &Topology) -> bool {
+        fn addr(info: &ConnectionInfo) -> (String, i64) {
+            (info.addr().to_string(), info.redis_settings().db())
+        }
+        match (self, other) {
+            (Topology::Standalone(a), Topology::Standalone(b)) => {
+                addr(a.get_connection_info()) == addr(b.get_connection_info())
+            }
+            (Topology::Cluster { seeds: a, .. }, Topology::Cluster { seeds: b, .. }) => {
+                match (a, b) {
+                    (ClusterSeeds::Nodes(a), ClusterSeeds::Nodes(b)) => {
+                        a.iter().any(|x| b.iter().any(|y| addr(x).0 == addr(y).0))
+                    }
+                    (ClusterSeeds::Builder(a), ClusterSeeds::Builder(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                }
+            }
+            (
+                Topology::Sentinel {
+                    master_name: a,
+                    sentinels: sa,
+                    ..
+                },
+                Topology::Sentinel {
+                    master_name: b,
+                    sentinels: sb,
+                    ..
+                },
+            ) => a == b && sa.iter().any(|x| sb.iter().any(|y| addr(x).0 == addr(y).0)),
+            _ => false,
+        }
+    }
+}
+
 impl fmt::Debug for Topology {
+    // redis-rs's `Debug` of a connection info never shows a password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Topology::Standalone(url) => f.debug_tuple("Standalone").field(&redact(url)).finish(),
-            Topology::Cluster { nodes, pubsub } => f
-                .debug_struct("Cluster")
-                .field(
-                    "nodes",
-                    &nodes.iter().map(|n| redact(n)).collect::<Vec<_>>(),
-                )
-                .field("pubsub", pubsub)
+            Topology::Standalone(client) => f
+                .debug_tuple("Standalone")
+                .field(client.get_connection_info())
                 .finish(),
+            Topology::Cluster { seeds, pubsub } => {
+                let mut s = f.debug_struct("Cluster");
+                match seeds {
+                    ClusterSeeds::Nodes(nodes) => s.field("nodes", nodes),
+                    ClusterSeeds::Builder(_) => s.field("nodes", &"<the caller's cluster builder>"),
+                };
+                s.field("pubsub", pubsub).finish()
+            }
             Topology::Sentinel {
                 master_name,
                 sentinels,
+                master,
             } => f
                 .debug_struct("Sentinel")
                 .field("master_name", master_name)
-                .field(
-                    "sentinels",
-                    &sentinels.iter().map(|n| redact(n)).collect::<Vec<_>>(),
-                )
+                .field("sentinels", sentinels)
+                .field("master", master)
                 .finish(),
         }
     }
 }
 
-/// How release messages travel on a Redis Cluster (PROTOCOL 5). Sharded and classic pub/sub do
+/// How release messages travel on a Redis Cluster ([PROTOCOL 5]). Sharded and classic pub/sub do
 /// not hear each other, so every client of one lock, Java ones included, must use the same mode.
 /// Outside a cluster messages always use classic `PUBLISH` / `SUBSCRIBE`.
+///
+/// [PROTOCOL 5]: crate::protocol
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum PubSubMode {
@@ -99,25 +171,6 @@ pub enum PubSubMode {
     Sharded,
     /// `PUBLISH` / `SUBSCRIBE`: every message is broadcast over the cluster bus to every node.
     Classic,
-}
-
-/// Hides the password of a `redis://user:password@host` URL.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            match userinfo.find(':') {
-                Some(colon) => format!(
-                    "{}{}:***{}",
-                    &url[..scheme + 3],
-                    &userinfo[..colon],
-                    &url[at..]
-                ),
-                None => format!("{}***{}", &url[..scheme + 3], &url[at..]),
-            }
-        }
-        _ => url.to_owned(),
-    }
 }
 
 /// What an acquisition does when replica sync is on and no replica acknowledged the lock write.
@@ -145,6 +198,17 @@ pub(crate) struct MasterAuth {
     pub(crate) password: String,
 }
 
+impl MasterAuth {
+    /// The master connection these credentials stand for (plain TCP, database 0).
+    fn node_info(&self) -> SentinelNodeConnectionInfo {
+        let mut info = redis::RedisConnectionInfo::default().set_password(&self.password);
+        if let Some(user) = &self.username {
+            info = info.set_username(user);
+        }
+        SentinelNodeConnectionInfo::default().set_redis_connection_info(info)
+    }
+}
+
 impl fmt::Debug for MasterAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MasterAuth")
@@ -158,7 +222,6 @@ impl fmt::Debug for MasterAuth {
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) topology: Topology,
-    pub(crate) master_auth: Option<MasterAuth>,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) waiter_liveness: Duration,
     pub(crate) command_timeout: Duration,
@@ -186,7 +249,11 @@ pub(crate) struct Config {
 #[derive(Clone, Debug)]
 pub struct Builder {
     topology: Option<Topology>,
+    /// A connection setting that could not be turned into a connection info (a malformed URL):
+    /// which setter, and why. Reported by `build` as [`Error::InvalidArgument`].
+    bad_setting: Option<(&'static str, String)>,
     master_auth: Option<MasterAuth>,
+    master_connection: Option<SentinelNodeConnectionInfo>,
     pubsub: PubSubMode,
     watchdog_timeout: Duration,
     waiter_liveness: Duration,
@@ -204,7 +271,9 @@ impl Default for Builder {
     fn default() -> Self {
         Builder {
             topology: None,
+            bad_setting: None,
             master_auth: None,
+            master_connection: None,
             pubsub: PubSubMode::Auto,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             waiter_liveness: DEFAULT_WAITER_LIVENESS,
@@ -226,18 +295,49 @@ impl Builder {
         Self::default()
     }
 
-    /// Talk to one Redis server at `url` (`redis://[user:password@]host:port[/db]`). One of
-    /// [`standalone`](Self::standalone), [`cluster`](Self::cluster) and
-    /// [`sentinel`](Self::sentinel) is required; the last call
-    /// wins.
+    /// Talk to one Redis server: anything redis-rs accepts as a connection info, such as a URL
+    /// (`redis://[user:password@]host:port[/db]`, `rediss://…` for TLS with one of the crate's
+    /// `tls-*` features, `redis+unix:///path`), a `(host, port)` pair or a
+    /// [`redis::ConnectionInfo`] you built. For custom TLS certificates, a credentials provider or
+    /// anything else a [`redis::Client`] carries, use [`standalone_client`](Self::standalone_client).
+    /// One of the topology setters is required; the last call wins. A malformed URL is reported
+    /// by [`build`](Self::build) as [`Error::InvalidArgument`] (before any I/O).
     #[must_use = "builder methods return the changed value; the original is unchanged"]
-    pub fn standalone(mut self, url: impl Into<String>) -> Self {
-        self.topology = Some(Topology::Standalone(url.into()));
+    pub fn standalone(mut self, info: impl IntoConnectionInfo) -> Self {
+        match redis::Client::open(info) {
+            Ok(client) => self.standalone_client(client),
+            Err(e) => {
+                self.bad_setting = Some(("standalone", e.to_string()));
+                self.topology = None;
+                self
+            }
+        }
+    }
+
+    /// Talk to one Redis server through a [`redis::Client`] you built, with every setting it
+    /// carries: for example [`redis::Client::build_with_tls`] with your own CA and client
+    /// certificate (crate feature `tls-rustls`). fairlock opens its connections from it and adds
+    /// only its own timeouts ([`command_timeout`](Self::command_timeout),
+    /// [`connect_timeout`](Self::connect_timeout)) and connection names.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> fairlock::Result<()> {
+    /// let redis = fairlock::redis::Client::open("redis://127.0.0.1:6379/2")?;
+    /// let client = fairlock::Client::builder().standalone_client(redis).build().await?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
+    pub fn standalone_client(mut self, client: redis::Client) -> Self {
+        self.bad_setting = None;
+        self.topology = Some(Topology::Standalone(Box::new(client)));
         self
     }
 
-    /// Talk to a Redis Cluster through these seed nodes (`redis://host:port` each; one reachable
-    /// master is enough, the client discovers the others and follows slot moves and failovers).
+    /// Talk to a Redis Cluster through these seed nodes (URLs or connection infos, as for
+    /// [`standalone`](Self::standalone); one reachable master is enough, the client discovers
+    /// the others and follows slot moves and failovers). As in redis-rs, credentials and TLS
+    /// come from the first node. For other cluster options (your own certificates, a credentials
+    /// provider, TCP settings, an address map) use [`cluster_client`](Self::cluster_client).
     /// Release messages use [`pubsub_mode`](Self::pubsub_mode), [`PubSubMode::Auto`] by default.
     ///
     /// Every key of one lock must live in one slot: fairlock derives the lock's keys from its name
@@ -270,29 +370,76 @@ impl Builder {
     /// # }
     /// ```
     #[must_use = "builder methods return the changed value; the original is unchanged"]
-    pub fn cluster<I, S>(mut self, nodes: I) -> Self
+    pub fn cluster<I, T>(mut self, nodes: I) -> Self
     where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
+        I: IntoIterator<Item = T>,
+        T: IntoConnectionInfo,
     {
+        let nodes: redis::RedisResult<Vec<ConnectionInfo>> = nodes
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect();
+        match nodes {
+            Ok(nodes) => {
+                self.bad_setting = None;
+                self.topology = Some(Topology::Cluster {
+                    seeds: ClusterSeeds::Nodes(nodes),
+                    pubsub: self.pubsub,
+                });
+            }
+            Err(e) => {
+                self.bad_setting = Some(("cluster", e.to_string()));
+                self.topology = None;
+            }
+        }
+        self
+    }
+
+    /// Talk to a Redis Cluster through a [`ClusterClientBuilder`](redis::cluster::ClusterClientBuilder)
+    /// of yours, with every option it carries: TLS certificates, credentials or a credentials
+    /// provider, TCP settings, an address map, a database. fairlock opens two cluster connections
+    /// (commands, and subscriptions only), so it calls `make` once for each, and then sets its
+    /// own connect and response timeouts, its retry count, and on the subscription connection
+    /// RESP3 with a push sender; those four settings of yours are overridden. Everything said
+    /// at [`cluster`](Self::cluster) applies.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> fairlock::Result<()> {
+    /// use fairlock::redis::cluster::ClusterClientBuilder;
+    /// let client = fairlock::Client::builder()
+    ///     .cluster_client(|| {
+    ///         ClusterClientBuilder::new(["redis://127.0.0.1:7000"]).password("s3cret")
+    ///     })
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
+    pub fn cluster_client(
+        mut self,
+        make: impl Fn() -> ClusterClientBuilder + Send + Sync + 'static,
+    ) -> Self {
+        self.bad_setting = None;
         self.topology = Some(Topology::Cluster {
-            nodes: nodes.into_iter().map(Into::into).collect(),
+            seeds: ClusterSeeds::Builder(Arc::new(make)),
             pubsub: self.pubsub,
         });
         self
     }
 
     /// Talk to the master that Redis Sentinel monitors as `master_name`, found through these
-    /// sentinels (`redis://host:port` each; one that answers is enough). The client asks the
+    /// sentinels (URLs or connection infos; `rediss://` for sentinels behind TLS, credentials
+    /// for the sentinels in their URLs; one that answers is enough). The client asks the
     /// sentinels for the master, checks that the server it reaches calls itself master, and
     /// asks again whenever a sentinel announces `+switch-master` (the client listens on one
     /// sentinel at a time) or a command fails in a way that suggests a failover (a dropped
     /// connection, a timeout, `READONLY`); its pub/sub connection moves to the new master too,
     /// and waiters are woken to re-check. Listening matters: after a failover the old master
     /// can stay up as a master for seconds before the sentinels demote it, and renewals that
-    /// kept landing there would let the lock expire on the new master. A master that requires
-    /// authentication takes [`sentinel_master_auth`](Self::sentinel_master_auth); sentinels that
-    /// do take credentials in their URLs.
+    /// kept landing there would let the lock expire on the new master. How the client connects
+    /// to the master (TLS, database, credentials) is set with
+    /// [`sentinel_master_connection`](Self::sentinel_master_connection), or for credentials
+    /// alone [`sentinel_master_auth`](Self::sentinel_master_auth).
     ///
     /// # What a failover does to a lock
     /// As on a [cluster](Self::cluster): the promoted replica has whatever it had received. A held
@@ -316,22 +463,68 @@ impl Builder {
     /// # }
     /// ```
     #[must_use = "builder methods return the changed value; the original is unchanged"]
-    pub fn sentinel<I, S>(mut self, master_name: impl Into<String>, sentinels: I) -> Self
+    pub fn sentinel<I, T>(mut self, master_name: impl Into<String>, sentinels: I) -> Self
     where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
+        I: IntoIterator<Item = T>,
+        T: IntoConnectionInfo,
     {
-        self.topology = Some(Topology::Sentinel {
-            master_name: master_name.into(),
-            sentinels: sentinels.into_iter().map(Into::into).collect(),
-        });
+        let sentinels: redis::RedisResult<Vec<ConnectionInfo>> = sentinels
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect();
+        match sentinels {
+            Ok(sentinels) => {
+                self.bad_setting = None;
+                self.topology = Some(Topology::Sentinel {
+                    master_name: master_name.into(),
+                    sentinels,
+                    master: SentinelNodeConnectionInfo::default(),
+                });
+            }
+            Err(e) => {
+                self.bad_setting = Some(("sentinel", e.to_string()));
+                self.topology = None;
+            }
+        }
+        self
+    }
+
+    /// How to connect to the master Sentinel names (and to a replica it promotes): TLS mode,
+    /// database, credentials, protocol and TCP settings, as redis-rs's
+    /// [`SentinelNodeConnectionInfo`](redis::sentinel::SentinelNodeConnectionInfo) holds them.
+    /// Defaults to plain TCP, database 0, no credentials. With TLS, the master's certificate is
+    /// checked against the system's root certificates (a private CA for Sentinel-managed
+    /// masters is not supported yet: redis-rs takes such certificates only through a builder
+    /// this client cannot read its settings back from). Only valid with
+    /// [`sentinel`](Self::sentinel), and not together with
+    /// [`sentinel_master_auth`](Self::sentinel_master_auth) (put the credentials in here).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> fairlock::Result<()> {
+    /// use fairlock::redis::sentinel::SentinelNodeConnectionInfo;
+    /// use fairlock::redis::RedisConnectionInfo;
+    /// let master = SentinelNodeConnectionInfo::default().set_redis_connection_info(
+    ///     RedisConnectionInfo::default().set_db(3).set_password("s3cret"),
+    /// );
+    /// let client = fairlock::Client::builder()
+    ///     .sentinel("mymaster", ["redis://127.0.0.1:26379"])
+    ///     .sentinel_master_connection(master)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use = "builder methods return the changed value; the original is unchanged"]
+    pub fn sentinel_master_connection(mut self, master: SentinelNodeConnectionInfo) -> Self {
+        self.master_connection = Some(master);
         self
     }
 
     /// Credentials for the master Sentinel names (and for the replicas it may promote), when
     /// it requires authentication: `username` `None` authenticates with the password alone
     /// (`requirepass`), `Some(user)` as that ACL user. Credentials for the sentinels themselves go
-    /// in their URLs. Only valid with [`sentinel`](Self::sentinel).
+    /// in their URLs. Only valid with [`sentinel`](Self::sentinel); a shorthand for
+    /// [`sentinel_master_connection`](Self::sentinel_master_connection), which also sets TLS and
+    /// the database.
     #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn sentinel_master_auth(
         mut self,
@@ -420,12 +613,14 @@ impl Builder {
     /// [`DEFAULT_REDISSON_WAIT`] (5 minutes).
     ///
     /// Every Redisson acquisition (and every timed-out Redisson wait) moves the deadline of each
-    /// waiter behind it that much earlier, fairlock's waiters included (PROTOCOL 4). fairlock's
+    /// waiter behind it that much earlier, fairlock's waiters included ([PROTOCOL 4]). fairlock's
     /// waiters keep one such margin in their deadline per Redisson waiter ahead of them, so
     /// Redisson's purge never takes a live one of ours for dead; whether one of ours is alive is
     /// judged by a liveness mark Redisson does not touch. A Redisson client that waits longer
     /// than this on the same fair lock can make a live fairlock waiter lose its place (it then
     /// rejoins at the head, out of order). Nothing changes for queues without Redisson waiters.
+    ///
+    /// [PROTOCOL 4]: crate::protocol
     #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn redisson_wait(mut self, wait: Duration) -> Self {
         self.redisson_wait = wait;
@@ -463,14 +658,26 @@ impl Builder {
 
     /// Validates the settings without connecting.
     pub(crate) fn validate(&self) -> Result<Config> {
-        let topology = self.topology.clone().ok_or_else(|| {
+        if let Some((argument, reason)) = &self.bad_setting {
+            return Err(Error::invalid_argument(argument, reason.clone()));
+        }
+        let mut topology = self.topology.clone().ok_or_else(|| {
             Error::invalid_argument(
                 "topology",
                 "call .standalone(url), .cluster(nodes) or .sentinel(name, sentinels) before .build()",
             )
         })?;
-        match &topology {
-            Topology::Cluster { nodes, .. } if nodes.is_empty() => {
+        let sentinel_only = |argument: &'static str| {
+            Error::invalid_argument(
+                argument,
+                "only applies to .sentinel(..); put credentials in the URL otherwise",
+            )
+        };
+        match &mut topology {
+            Topology::Cluster {
+                seeds: ClusterSeeds::Nodes(nodes),
+                ..
+            } if nodes.is_empty() => {
                 return Err(Error::invalid_argument(
                     "cluster",
                     "needs at least one seed node",
@@ -488,11 +695,25 @@ impl Builder {
                     "needs at least one sentinel",
                 ));
             }
+            Topology::Sentinel { master, .. } => match (&self.master_auth, &self.master_connection)
+            {
+                (Some(_), Some(_)) => {
+                    return Err(Error::invalid_argument(
+                        "sentinel_master_auth",
+                        "set the credentials in .sentinel_master_connection(..) instead",
+                    ))
+                }
+                (Some(auth), None) => *master = auth.node_info(),
+                (None, Some(info)) => *master = info.clone(),
+                (None, None) => {}
+            },
             Topology::Standalone(_) | Topology::Cluster { .. } if self.master_auth.is_some() => {
-                return Err(Error::invalid_argument(
-                    "sentinel_master_auth",
-                    "only applies to .sentinel(..); put credentials in the URL otherwise",
-                ));
+                return Err(sentinel_only("sentinel_master_auth"));
+            }
+            Topology::Standalone(_) | Topology::Cluster { .. }
+                if self.master_connection.is_some() =>
+            {
+                return Err(sentinel_only("sentinel_master_connection"));
             }
             _ => {}
         }
@@ -538,7 +759,6 @@ impl Builder {
         duration_ms("redisson_wait", self.redisson_wait)?;
         Ok(Config {
             topology,
-            master_auth: self.master_auth.clone(),
             watchdog_timeout: self.watchdog_timeout,
             waiter_liveness: self.waiter_liveness,
             command_timeout: self.command_timeout,
@@ -559,9 +779,6 @@ mod tests {
 
     #[test]
     fn redacts_passwords() {
-        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redact("redis://secret@h:1"), "redis://***@h:1");
-        assert_eq!(redact("redis://h:1"), "redis://h:1");
         let b = Builder::new().standalone("redis://u:pw@h:1");
         assert!(!format!("{b:?}").contains("pw"));
         let b = Builder::new().cluster(["redis://u:pw@h:1", "redis://h:2"]);

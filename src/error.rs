@@ -1,7 +1,9 @@
 //! The crate's one error type.
 //!
-//! It must never lose the Redis error behind a failure: it is kept as the source and shown in the
-//! message, so a log line names the cause.
+//! It must never lose the Redis error behind a failure: it is kept as the `source`, and only
+//! there (the message does not repeat it), so error reporters that walk the chain, such as
+//! anyhow's `{:#}`, print the cause once. The crate's own log lines print the whole chain
+//! ([`chain`]).
 
 use std::time::Duration;
 
@@ -15,10 +17,10 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum Error {
     /// Redis answered with an error, could not be reached, or answered in a shape fairlock's
-    /// scripts never produce (a redis-rs parsing error). The Redis error is kept as the source,
-    /// and its text is part of this error's message so that a log line names the cause.
-    #[error("redis error: {0}")]
-    Redis(#[from] redis::RedisError),
+    /// scripts never produce (a redis-rs parsing error). The Redis error is the
+    /// [`source`](std::error::Error::source); the message does not repeat it.
+    #[error("Redis request failed")]
+    Redis(#[source] redis::RedisError),
 
     /// The lock is not held by this holder: it was released already, it expired, somebody
     /// force-unlocked it, or the guard had already been told it was lost.
@@ -62,7 +64,7 @@ pub enum Error {
     },
 
     /// The holder already holds or waits for this name as the other kind of lock: a
-    /// [`FairLock`](crate::FairLock) and a [`Lock`](crate::Lock) of one name and one holder
+    /// [`FairLock`](crate::FairLock) and a [`NonFairLock`](crate::NonFairLock) of one name and one holder
     /// would write one owner field in one hash, and each kind's release would take the other's
     /// holds away. Nothing was sent. (Different holders may use different kinds on one name;
     /// they simply exclude each other.)
@@ -79,6 +81,22 @@ pub enum Error {
     /// The client was shut down; no further lock operations are possible.
     #[error("the fairlock client was shut down")]
     Shutdown,
+
+    /// Work run under a lock ([`LockGuard::run`](crate::LockGuard::run)) was stopped because the
+    /// lock was lost before it finished.
+    #[error("lock {name:?} was lost before the work finished: {reason}")]
+    Lost {
+        /// The lock name.
+        name: String,
+        /// Why the lock can no longer be trusted.
+        reason: crate::LostReason,
+    },
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        Error::Redis(e)
+    }
 }
 
 impl Error {
@@ -147,6 +165,36 @@ impl Error {
         matches!(self, Error::Shutdown)
     }
 
+    /// The lock name was rejected ([`InvalidName`](Error::InvalidName)).
+    pub fn is_invalid_name(&self) -> bool {
+        matches!(self, Error::InvalidName { .. })
+    }
+
+    /// An argument or setting was rejected ([`InvalidArgument`](Error::InvalidArgument)).
+    pub fn is_invalid_argument(&self) -> bool {
+        matches!(self, Error::InvalidArgument { .. })
+    }
+
+    /// The holder uses the name as the other kind of lock ([`KindConflict`](Error::KindConflict)).
+    pub fn is_kind_conflict(&self) -> bool {
+        matches!(self, Error::KindConflict { .. })
+    }
+
+    /// A Redlock round missed its majority ([`QuorumNotReached`](Error::QuorumNotReached)).
+    pub fn is_quorum_not_reached(&self) -> bool {
+        matches!(self, Error::QuorumNotReached { .. })
+    }
+
+    /// No replica acknowledged the lock write ([`ReplicasNotSynced`](Error::ReplicasNotSynced)).
+    pub fn is_replicas_not_synced(&self) -> bool {
+        matches!(self, Error::ReplicasNotSynced { .. })
+    }
+
+    /// Work under a lock was stopped because the lock was lost ([`Lost`](Error::Lost)).
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Error::Lost { .. })
+    }
+
     pub(crate) fn invalid_argument(argument: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidArgument {
             argument,
@@ -165,6 +213,19 @@ impl Error {
 /// [`Error::is_timeout`] holds for it.
 pub(crate) fn timed_out(what: &'static str) -> redis::RedisError {
     redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
+}
+
+/// Displays an error with every cause behind it (`outer: cause: …`), for the crate's log lines:
+/// [`Error`]'s own message leaves its source out.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    text
 }
 
 /// `Result` with fairlock's [`Error`].
@@ -196,10 +257,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_redis_error_shows_its_cause_and_keeps_it_as_source() {
+    fn a_redis_error_keeps_its_cause_as_source_only() {
         let e = Error::from(timed_out("connect timed out"));
-        assert!(e.to_string().contains("connect timed out"), "{e}");
-        assert!(std::error::Error::source(&e).is_some());
+        assert!(!e.to_string().contains("connect timed out"), "{e}");
+        let source = std::error::Error::source(&e).expect("the Redis error is the source");
+        assert!(source.to_string().contains("connect timed out"), "{source}");
+        assert!(chain(&e).contains("connect timed out"), "{}", chain(&e));
         assert!(e.is_timeout() && e.is_transient());
         let copy = e.clone();
         assert_eq!(copy.to_string(), e.to_string());
@@ -209,6 +272,6 @@ mod tests {
     fn a_bad_reply_is_a_redis_parsing_error() {
         let e = Error::bad_reply("acquire", [7, 7]);
         assert!(e.is_redis() && !e.is_transient());
-        assert!(e.to_string().contains("acquire"), "{e}");
+        assert!(chain(&e).contains("acquire"), "{}", chain(&e));
     }
 }

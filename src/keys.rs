@@ -1,5 +1,5 @@
 //! Every Redis key and channel one lock uses, derived from its name, as Redisson names them
-//! (the repository's `docs/PROTOCOL.md`, sections 1 and 2): the owner hash, the release channel
+//! ([`crate::protocol`], sections 1 and 2): the owner hash, the release channel
 //! and the fair waiters' own channels, the waiter queue, the deadline set, the fencing counter,
 //! Redisson's unlock latches and fairlock's liveness set. Also the rule that checks a name, the
 //! Redis Cluster slot every key of a lock shares, and the shape of an owner field. Pure data: no
@@ -136,7 +136,9 @@ impl LockKeys {
         self.part(4)
     }
 
-    /// fairlock's own liveness marks of its fair waiters (sorted set; PROTOCOL 7).
+    /// fairlock's own liveness marks of its fair waiters (sorted set; [PROTOCOL 7]).
+    ///
+    /// [PROTOCOL 7]: crate::protocol
     pub fn liveness(&self) -> &str {
         self.part(5)
     }
@@ -342,7 +344,7 @@ pub fn parse_derived(key: &str) -> Option<(&str, DerivedKey)> {
     None
 }
 
-/// Splits an owner field `<client id>:<holder id>` (PROTOCOL 2) at its last colon: the client
+/// Splits an owner field `<client id>:<holder id>` ([PROTOCOL 2]) at its last colon: the client
 /// id, and the holder id when it is a number.
 ///
 /// ```
@@ -352,6 +354,8 @@ pub fn parse_derived(key: &str) -> Option<(&str, DerivedKey)> {
 /// assert_eq!(split_field("c:x"), ("c", None));
 /// assert_eq!(split_field("c"), ("c", None));
 /// ```
+///
+/// [PROTOCOL 2]: crate::protocol
 pub fn split_field(field: &str) -> (&str, Option<i64>) {
     match field.rsplit_once(':') {
         Some((client, holder)) => (client, holder.parse().ok()),

@@ -4,7 +4,7 @@
 //! using Redisson (`RFairLock` / `RLock`) on the same lock names.
 //!
 //! * [`FairLock`]: waiters are served in arrival order; only the head of the queue is woken.
-//! * [`Lock`]: Redisson's non-fair `RLock`; one release message wakes one local waiter.
+//! * [`NonFairLock`]: Redisson's non-fair `RLock`; one release message wakes one local waiter.
 //! * [`RedLock`]: the Redlock algorithm over several independent masters (majority quorum).
 //! * Every acquisition call is its own holder, so two calls exclude each other even as futures of
 //!   one task; re-entry is explicit ([`LockGuard::reenter`], or a [`Holder`] shared on purpose),
@@ -60,11 +60,12 @@
 //! ```
 //!
 //! The wire protocol (keys, fields, channels, messages) is Redisson's; [`keys`] derives every key
-//! and channel name of a lock, for tools that look at locks from the outside. The repository's
-//! `docs/PROTOCOL.md` says exactly what is shared with Java clients and what fairlock does beyond
-//! it, and `docs/ARCHITECTURE.md` how the crate is put together.
+//! and channel name of a lock, for tools that look at locks from the outside. [`protocol`] says
+//! exactly what is shared with Java clients and what fairlock does beyond it, and
+//! [`architecture`] how the crate is put together.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -90,12 +91,39 @@ pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_REDISSON_WAIT, DEFAULT_TIMER_SLOTS, DEFAULT_TIMER_TICK,
     DEFAULT_WAITER_LIVENESS, DEFAULT_WATCHDOG_TIMEOUT, MAX_DURATION,
 };
+pub use conn::subscriber::SubscriberState;
 pub use engine::validity::LostReason;
 pub use error::{Error, Result};
 pub use lock::client::Client;
+pub use lock::client::Health;
 pub use lock::fair::FairLock;
-pub use lock::guard::LockGuard;
+pub use lock::guard::{LockGuard, LostSignal};
 pub use lock::holder::Holder;
+#[allow(deprecated)]
 pub use lock::plain::Lock;
+pub use lock::plain::NonFairLock;
+/// The redis-rs crate fairlock is built on, for the types its builder takes
+/// ([`redis::Client`], [`redis::ConnectionInfo`], [`redis::cluster::ClusterClientBuilder`],
+/// [`redis::sentinel::SentinelNodeConnectionInfo`]) without a second, mismatched version.
+pub use redis;
 pub use redlock::{RedLock, RedLockGuard};
 pub use state::{DeadReason, LockState, Owner, QueuedWaiter};
+
+// Doc-only modules: the repository's documents, so docs.rs shows them beside the API.
+
+#[doc = include_str!("../docs/PROTOCOL.md")]
+pub mod protocol {}
+
+// These link definitions come first, so they win over the file's own (which serve readers of the
+// repository): `[PROTOCOL.md]` goes to the module above, `[cli/README.md]` to the repository.
+#[doc = "[PROTOCOL.md]: crate::protocol"]
+#[doc = "[cli/README.md]: https://github.com/fairlock-rs/fairlock/blob/main/cli/README.md"]
+#[doc = ""]
+#[doc = include_str!("../docs/ARCHITECTURE.md")]
+pub mod architecture {}
+
+// The README's Rust examples are compiled as doc tests (not run: they need a server); one of
+// them uses `redis::Client::build_with_tls`, hence the feature.
+#[cfg(all(doctest, feature = "tls-rustls"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

@@ -52,7 +52,61 @@ fn kind_label(kind: Kind) -> &'static str {
 #[cfg(feature = "metrics")]
 mod imp {
     use super::*;
-    use metrics::{counter, gauge, histogram, Label};
+    use metrics::{
+        counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Label,
+        Unit,
+    };
+
+    /// Gives every metric its help text and unit (Prometheus `# HELP`), on the recorder
+    /// installed now; called at every client start (recorders keep the first description).
+    pub(crate) fn describe() {
+        describe_counter!(
+            "fairlock_acquisitions_total",
+            Unit::Count,
+            "Lock calls by how they ended: acquired, timed_out, error, cancelled (future dropped)"
+        );
+        describe_histogram!(
+            "fairlock_wait_seconds",
+            Unit::Seconds,
+            "How long each lock call took, by how it ended"
+        );
+        describe_histogram!(
+            "fairlock_handover_seconds",
+            Unit::Seconds,
+            "From a release message reaching a waiter to that waiter's grant"
+        );
+        describe_histogram!(
+            "fairlock_hold_seconds",
+            Unit::Seconds,
+            "From a grant to the guard's release or drop"
+        );
+        describe_histogram!(
+            "fairlock_queue_position",
+            Unit::Count,
+            "A fair waiter's place in the queue when it joined (1 = head)"
+        );
+        describe_counter!(
+            "fairlock_lost_total",
+            Unit::Count,
+            "Holds told they are lost, by reason: gone, renewal_failed, lease_expired, \
+             validity_expired, shutdown"
+        );
+        describe_counter!(
+            "fairlock_renewals_total",
+            Unit::Count,
+            "Watchdog renewals per lock, by result: ok, gone, failed"
+        );
+        describe_counter!(
+            "fairlock_renewal_calls_total",
+            Unit::Count,
+            "Renewal script calls (each renews up to batch_size locks)"
+        );
+        describe_gauge!(
+            "fairlock_driver_pending",
+            Unit::Count,
+            "Work handed to the clients' background tasks and not looked at yet"
+        );
+    }
 
     fn labels(spec: &LockSpec, names: bool) -> Vec<Label> {
         let mut labels = vec![Label::from_static_parts("kind", kind_label(spec.kind))];
@@ -110,6 +164,8 @@ mod imp {
 mod imp {
     use super::*;
 
+    #[inline(always)]
+    pub(crate) fn describe() {}
     #[inline(always)]
     pub(crate) fn call_ended(_: &LockSpec, _: bool, _: Outcome, _: Duration) {}
     #[inline(always)]

@@ -1,7 +1,7 @@
 //! [`RedLock`]: one lock over several independent Redis masters (the Redlock algorithm).
 //!
 //! Composed from existing pieces, not a second engine: on every master the lock is the non-fair
-//! [`Lock`](crate::Lock) in Redisson's `RLock` layout, taken with a zero wait through that
+//! [`NonFairLock`](crate::NonFairLock) in Redisson's `RLock` layout, taken with a zero wait through that
 //! master's own [`Client`]. This module only adds the majority rule, the validity window, the
 //! retry loop and the guard that watches a majority of per-master guards. Renewal, background
 //! release, lost-lock notification and cancel safety are the per-master guards' own.
@@ -104,8 +104,8 @@ const RETRY_DELAY_MIN: Duration = Duration::from_millis(10);
 /// ];
 /// let lock = RedLock::new(masters, "orders:42");
 /// if let Some(guard) = lock.try_lock(Duration::from_secs(1), Some(Duration::from_secs(10))).await? {
-///     // Trust the lock for at most guard.validity() from here on.
-///     let _budget = guard.validity();
+///     // Trust the lock until guard.valid_until() at the latest.
+///     let _deadline = guard.valid_until();
 ///     guard.unlock().await?;
 /// }
 /// # Ok(()) }
@@ -297,7 +297,11 @@ impl RedLock {
         }
         for (i, a) in self.masters.iter().enumerate() {
             for b in &self.masters[..i] {
-                if a.inner.config.topology == b.inner.config.topology {
+                if a.inner
+                    .config
+                    .topology
+                    .same_deployment(&b.inner.config.topology)
+                {
                     return Err(Error::invalid_argument(
                         "clients",
                         format!(
@@ -474,6 +478,7 @@ impl Attempt<'_> {
                     quorum,
                     valid_until: started + self.validity_lease - margin,
                     fixed_lease: self.lease.is_some(),
+                    node_timeout: self.node_timeout,
                 }));
             }
             // Not enough: release every grant of this round (in the background; a re-entry by our
@@ -548,6 +553,8 @@ pub struct RedLockGuard {
     valid_until: Instant,
     /// Taken with a lease (never renewed): `valid_until` is the end of the lock.
     fixed_lease: bool,
+    /// Bound of one master's answer (as in the acquisition).
+    node_timeout: Duration,
 }
 
 impl RedLockGuard {
@@ -561,20 +568,84 @@ impl RedLockGuard {
         self.nodes.len()
     }
 
-    /// How much of the validity window is left: the lease, minus the time since the acquisition
-    /// round started, minus the drift margin (1 % + 2 ms). Zero once it has passed, and once the
-    /// lock is known [lost](Self::is_lost) (the per-master guards may give up a little early: their
-    /// timers fire on the client's timer tick, never late).
-    ///
-    /// With a lease this is the time left to trust the lock. For a lock renewed by the watchdog it
-    /// is the **initial** validity (computed from the watchdog timeout) and is not extended by
-    /// renewals: once it has passed, rely on [`is_lost`](Self::is_lost) and
-    /// [`lost`](Self::lost), which follow the renewals on every master.
+    /// Until when the lock can be trusted, on this process's monotonic clock (as
+    /// [`LockGuard::valid_until`]): the moment from which fewer than a majority of the
+    /// per-master holds are still valid, following the watchdog's renewals on every master; with
+    /// a lease, also no later than the start of the acquisition round plus the lease minus the
+    /// drift margin (1 % + 2 ms). Once the lock is known [lost](Self::is_lost), a moment no later
+    /// than when that was found.
+    pub fn valid_until(&self) -> Instant {
+        let mut per_master: Vec<Instant> = self.nodes.iter().map(LockGuard::valid_until).collect();
+        per_master.sort_unstable_by(|a, b| b.cmp(a));
+        // The quorum-th latest: until then a majority is still valid.
+        let mut until = per_master
+            .get(self.quorum.saturating_sub(1))
+            .copied()
+            .unwrap_or(self.valid_until);
+        if self.fixed_lease {
+            until = until.min(self.valid_until);
+        }
+        if self.is_lost() {
+            until = until.min(Instant::now());
+        }
+        until
+    }
+
+    /// How much of the validity window is left: [`valid_until`](Self::valid_until) minus now,
+    /// zero once it has passed or the lock is known lost.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `valid_until()`, an `Instant` like `LockGuard::valid_until`"
+    )]
     pub fn validity(&self) -> Duration {
         if self.is_lost() {
             return Duration::ZERO;
         }
-        self.valid_until.saturating_duration_since(Instant::now())
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// Extends a lock taken with a lease to `lease` from now on every master that still holds it
+    /// ([`LockGuard::extend`] on each, at once, each bounded by the node timeout). Succeeds when
+    /// a majority extended it; [`valid_until`](Self::valid_until) then moves to the start of the
+    /// extension plus `lease` minus the drift margin (never earlier than it was).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a lock renewed by the watchdog or a bad lease;
+    /// [`Error::QuorumNotReached`] when fewer than a majority extended it (the lock keeps its
+    /// old validity and may well be lost).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future leaves the validity as it was (some masters may have
+    /// extended the lock, which only keeps it longer there).
+    pub async fn extend(&mut self, lease: Duration) -> Result<()> {
+        duration_ms("lease", lease)?;
+        if !self.fixed_lease {
+            return Err(Error::invalid_argument(
+                "extend",
+                "this lock is renewed by the watchdog; only locks taken with a lease are extended",
+            ));
+        }
+        let started = Instant::now();
+        let timeout = self.node_timeout;
+        let extended = join_all(self.nodes.iter().map(|node| async move {
+            matches!(
+                tokio::time::timeout(timeout, node.extend(lease)).await,
+                Ok(Ok(()))
+            )
+        }))
+        .await
+        .into_iter()
+        .filter(|ok| *ok)
+        .count();
+        if extended < self.quorum {
+            return Err(Error::QuorumNotReached {
+                acquired: extended,
+                needed: self.quorum,
+            });
+        }
+        let until = started + lease.saturating_sub(drift(lease));
+        self.valid_until = self.valid_until.max(until);
+        Ok(())
     }
 
     /// Whether the lock is known lost (cheap, no I/O): fewer than a majority of the per-master

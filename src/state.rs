@@ -9,9 +9,23 @@
 //! atomically keep their own Lua copy: `lua/fair_prologue.lua` (`purge_stale_head`, the library's
 //! rule) and the CLI's `cli/lua/cli_prologue.lua` (`dead_reason`, this rule with its codes).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::keys;
+
+/// A server time in Unix epoch milliseconds as a `SystemTime` (times before the epoch, which no
+/// Redis clock reports, clamp to it).
+fn at_ms(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
+}
+
+/// A `SystemTime` as Unix epoch milliseconds (the scripts' unit), saturating.
+fn to_ms(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(_) => 0,
+    }
+}
 
 /// What `state.lua` returns, before decoding.
 pub(crate) struct RawState {
@@ -31,8 +45,9 @@ pub struct LockState {
     pub ttl: Option<Duration>,
     /// Fair waiters in queue order (always empty for a non-fair lock).
     pub queue: Vec<QueuedWaiter>,
-    /// The server's clock when the snapshot was taken (Unix epoch milliseconds).
-    pub server_time_ms: i64,
+    /// The server's clock when the snapshot was taken (`TIME` of the server, whose clock may
+    /// differ from this process's).
+    pub server_time: SystemTime,
 }
 
 impl LockState {
@@ -48,7 +63,7 @@ impl LockState {
                 .into_iter()
                 .map(|(field, holds)| Owner {
                     field,
-                    holds: holds.max(0) as u64,
+                    holds: u32::try_from(holds.max(0)).unwrap_or(u32::MAX),
                 })
                 .collect(),
             ttl: (raw.pttl_ms >= 0).then(|| Duration::from_millis(raw.pttl_ms as u64)),
@@ -64,16 +79,16 @@ impl LockState {
                     let alive = judge(deadline_ms, alive_until_ms, false, raw.now_ms).is_none();
                     QueuedWaiter {
                         field,
-                        deadline_ms,
+                        deadline: deadline_ms.map(at_ms),
                         expires_in: deadline_ms.map(|d| {
                             Duration::from_millis(d.saturating_sub(raw.now_ms).max(0) as u64)
                         }),
-                        alive_until_ms,
+                        alive_until: alive_until_ms.map(at_ms),
                         alive,
                     }
                 })
                 .collect(),
-            server_time_ms: raw.now_ms,
+            server_time: at_ms(raw.now_ms),
         }
     }
 }
@@ -84,8 +99,9 @@ impl LockState {
 pub struct Owner {
     /// The owner field, `<client uuid>:<holder id>` (Java: the thread id).
     pub field: String,
-    /// Reentrant hold count.
-    pub holds: u64,
+    /// Reentrant hold count (as [`LockGuard::hold_count`](crate::LockGuard::hold_count); a
+    /// count beyond `u32::MAX`, which no client writes, reads as `u32::MAX`).
+    pub holds: u32,
 }
 
 impl Owner {
@@ -106,17 +122,17 @@ impl Owner {
 pub struct QueuedWaiter {
     /// The waiter's owner field.
     pub field: String,
-    /// Its deadline in Unix epoch milliseconds (server clock), if it has one.
-    pub deadline_ms: Option<i64>,
+    /// Its deadline (server clock, millisecond precision), if it has one.
+    pub deadline: Option<SystemTime>,
     /// Time until that deadline, by the server clock at the snapshot.
     pub expires_in: Option<Duration>,
-    /// For a fairlock waiter, the server time (epoch ms) by which its client must refresh its
-    /// liveness mark (`fairlock_liveness:{NAME}`, PROTOCOL 7); `None` for any other waiter
-    /// (a Redisson one), which is judged by its deadline alone.
-    pub alive_until_ms: Option<i64>,
+    /// For a fairlock waiter, the server time by which its client must refresh its liveness
+    /// mark (`fairlock_liveness:{NAME}`, PROTOCOL 7); `None` for any other waiter (a Redisson
+    /// one), which is judged by its deadline alone.
+    pub alive_until: Option<SystemTime>,
     /// Whether the waiter looked alive at the snapshot: its liveness mark (fairlock) or its
     /// deadline (others) had not passed, that is
-    /// [`dead_reason(server_time_ms, false)`](QueuedWaiter::dead_reason) is `None`. The next fair
+    /// [`dead_reason(server_time, false)`](QueuedWaiter::dead_reason) is `None`. The next fair
     /// script that finds a dead waiter at the head of the queue removes it.
     pub alive: bool,
 }
@@ -124,10 +140,11 @@ pub struct QueuedWaiter {
 impl QueuedWaiter {
     /// Whether the waiter is one of fairlock's (it has a liveness mark).
     pub fn is_fairlock(&self) -> bool {
-        self.alive_until_ms.is_some()
+        self.alive_until.is_some()
     }
 
-    /// Why the waiter looks dead at `now_ms` (server clock, epoch milliseconds), or `None` while
+    /// Why the waiter looks dead at `now` (server clock, compared in whole milliseconds as the
+    /// scripts compare), or `None` while
     /// it looks alive. In this order:
     ///
     /// 1. it has a liveness mark (a fairlock waiter): dead once the mark is not in the future
@@ -150,18 +167,18 @@ impl QueuedWaiter {
     /// ```
     /// # fn demo(state: fairlock::LockState) {
     /// for w in &state.queue {
-    ///     if let Some(reason) = w.dead_reason(state.server_time_ms, false) {
+    ///     if let Some(reason) = w.dead_reason(state.server_time, false) {
     ///         eprintln!("{} looks dead: {}", w.field, reason.code());
     ///     }
     /// }
     /// # }
     /// ```
-    pub fn dead_reason(&self, now_ms: i64, fairlock_client: bool) -> Option<DeadReason> {
+    pub fn dead_reason(&self, now: SystemTime, fairlock_client: bool) -> Option<DeadReason> {
         judge(
-            self.deadline_ms,
-            self.alive_until_ms,
+            self.deadline.map(to_ms),
+            self.alive_until.map(to_ms),
             fairlock_client,
-            now_ms,
+            to_ms(now),
         )
     }
 }
@@ -235,13 +252,15 @@ mod tests {
         assert_eq!(s.owners[0].client_id(), "abc-def");
         assert_eq!(s.owners[0].holder_id(), Some(7));
         assert_eq!(s.queue[0].expires_in, Some(Duration::from_millis(500)));
-        assert_eq!(s.queue[1].deadline_ms, None);
+        assert_eq!(s.queue[1].deadline, None);
+        assert_eq!(s.queue[0].deadline, Some(at_ms(1500)));
+        assert_eq!(to_ms(at_ms(1500)), 1500);
         assert!(s.queue[0].alive && !s.queue[0].is_fairlock());
         assert!(!s.queue[1].alive, "no deadline: dead");
         // A fairlock waiter is judged by its liveness mark, not its (shifted) deadline.
         assert!(s.queue[2].alive && s.queue[2].is_fairlock());
         assert!(!s.queue[3].alive);
-        assert_eq!(s.server_time_ms, 1000);
+        assert_eq!(s.server_time, UNIX_EPOCH + Duration::from_secs(1));
         let free = LockState::from_raw(RawState {
             now_ms: 0,
             pttl_ms: -2,

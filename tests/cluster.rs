@@ -830,3 +830,83 @@ async fn redlock_takes_a_cluster_as_one_of_its_masters() {
     g.unlock().await.unwrap();
     assert!(!owner.exists::<_, bool>(name).unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_builder_of_ones_own_is_used_and_every_connection_is_named() {
+    let cluster = RedisCluster::start();
+    // An ACL user for lock clients on every node (ACLs do not replicate); the default user, which
+    // the cluster and the harness use, may not run scripts.
+    for node in &cluster.nodes {
+        let mut c = node.conn();
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("locker")
+            .arg("on")
+            .arg(">s3cret")
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all")
+            .query(&mut c)
+            .unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg("-eval")
+            .arg("-evalsha")
+            .query(&mut c)
+            .unwrap();
+    }
+    let urls = cluster.urls();
+    let make = move || {
+        fairlock::redis::cluster::ClusterClientBuilder::new(urls.clone())
+            .username("locker")
+            .password("s3cret")
+    };
+    let (a, b) = (
+        Client::builder()
+            .cluster_client(make.clone())
+            .build()
+            .await
+            .unwrap(),
+        Client::builder()
+            .cluster_client(make)
+            .build()
+            .await
+            .unwrap(),
+    );
+    for name in names_on_different_masters(&cluster, 3) {
+        let held = a.fair_lock(name.as_str()).lock().await.unwrap();
+        let waiter = {
+            let lock = b.fair_lock(name.as_str());
+            tokio::spawn(async move { lock.lock().await })
+        };
+        wait_until(Duration::from_secs(10), "waiter queued", || {
+            queue_len(&cluster, &name) == 1
+        });
+        held.unlock().await.unwrap();
+        joined(waiter, Duration::from_secs(10), "the waiter is served")
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+        // On the master of this name: b's command and subscription connections, named, as
+        // the builder's user.
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut master_conn(&cluster, &name))
+            .unwrap();
+        for role in ["cmd", "sub"] {
+            let named = format!(" name=fairlock:{}:{role} ", b.id());
+            let line = clients
+                .lines()
+                .find(|l| l.contains(&named))
+                .unwrap_or_else(|| panic!("no connection{named}in {clients}"));
+            assert!(line.contains(" user=locker "), "{line}");
+        }
+    }
+    // Without the builder's credentials, the default user may not run the scripts.
+    let anonymous = cluster_client(&cluster, PubSubMode::Auto).await;
+    let err = anonymous.fair_lock("x").lock().await.unwrap_err();
+    assert!(err.is_redis() && !err.is_transient(), "{err:?}");
+}

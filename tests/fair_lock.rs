@@ -403,8 +403,28 @@ async fn bad_input_gets_typed_errors() {
     ] {
         assert!(bad.is_invalid_input(), "{bad:?}");
     }
+    // A malformed URL is bad input, found before any I/O; so is one for a topology setter.
     let err = Client::connect("not a url").await.unwrap_err();
-    assert!(err.is_redis(), "{err:?}");
+    assert!(err.is_invalid_argument(), "{err:?}");
+    let err = Client::builder()
+        .cluster(["redis://127.0.0.1:1", "nonsense"])
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_argument(), "{err:?}");
+    let err = Client::builder()
+        .sentinel("m", ["::"])
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_argument(), "{err:?}");
+    // A later valid setting replaces the bad one.
+    let ok = Client::builder()
+        .standalone("not a url")
+        .standalone(server.url())
+        .build()
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
 }
 
 #[test]

@@ -223,7 +223,7 @@ async fn a_holder_shared_on_purpose_reenters_across_tasks_and_threads() {
     assert!(Holder::from_raw(-5).unwrap_err().is_invalid_input());
 }
 
-/// Review defect 1: a holder that holds a name as a plain `Lock` and then asks for it as a
+/// Review defect 1: a holder that holds a name as a `NonFairLock` and then asks for it as a
 /// `FairLock` (or the other way round) used to get a second account on the same owner field: the
 /// fair unlock released both holds and deleted the key while the plain guard still believed it
 /// held the lock. Now the second kind is refused before anything is sent, and the first hold is

@@ -213,6 +213,36 @@ async fn every_listed_metric_is_emitted_with_its_labels() {
     );
     // No lock names unless asked for.
     assert!(!s.any_label("lock"));
+    // Every metric carries its unit and help text (Prometheus `# HELP`).
+    let mut described = std::collections::BTreeSet::new();
+    for (key, unit, help, _) in s.snapshotter.snapshot().into_vec() {
+        let name = key.key().name().to_owned();
+        assert!(unit.is_some(), "{name} has no unit");
+        assert!(
+            help.is_some_and(|h| h.len() > 10),
+            "{name} has no help text"
+        );
+        described.insert(name);
+    }
+    assert_eq!(described.len(), 9, "{described:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_output_has_help_lines() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).expect("the only recorder of this process");
+    let server = RedisServer::start();
+    let c = Client::connect(&server.url()).await.unwrap();
+    c.fair_lock("help").run(async {}).await.unwrap();
+    let text = handle.render();
+    for name in [
+        "fairlock_acquisitions_total",
+        "fairlock_wait_seconds",
+        "fairlock_hold_seconds",
+    ] {
+        assert!(text.contains(&format!("# HELP {name} ")), "{name}:\n{text}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -920,18 +920,27 @@ async fn inspection_of_java_holds(
     assert_eq!(fields, [f2.as_str(), f3.as_str()]);
     for waiter in &state.queue {
         let score: f64 = probe.conn.zscore(timeout_key(name), &waiter.field).unwrap();
-        assert_eq!(waiter.deadline_ms, Some(score as i64), "{waiter:?}");
+        assert_eq!(
+            waiter.deadline,
+            Some(std::time::UNIX_EPOCH + Duration::from_millis(score as u64)),
+            "{waiter:?}"
+        );
         // Redisson's deadlines: the holder's TTL plus its 5-minute wait, chained per waiter.
         assert!(
             waiter.expires_in.unwrap() > Duration::from_secs(290),
             "{waiter:?}"
         );
         // A Java waiter has no fairlock liveness mark; it is judged by its deadline.
-        assert_eq!(waiter.alive_until_ms, None, "{waiter:?}");
+        assert_eq!(waiter.alive_until, None, "{waiter:?}");
         assert!(waiter.alive, "{waiter:?}");
     }
     assert!(
-        state.queue[1].deadline_ms.unwrap() - state.queue[0].deadline_ms.unwrap() >= 290_000,
+        state.queue[1]
+            .deadline
+            .unwrap()
+            .duration_since(state.queue[0].deadline.unwrap())
+            .unwrap()
+            >= Duration::from_secs(290),
         "Java chains its deadlines one wait apart: {:?}",
         state.queue
     );

@@ -50,7 +50,9 @@ async fn acquires_on_every_master_excludes_others_and_unlocks_everywhere() {
         .unwrap();
     assert_eq!(guard.masters_held(), 3);
     assert!(!guard.is_lost());
-    let validity = guard.validity();
+    let validity = guard
+        .valid_until()
+        .saturating_duration_since(Instant::now());
     assert!(
         validity > Duration::from_secs(9) && validity <= LEASE - LEASE / 100,
         "{validity:?}"
@@ -197,7 +199,9 @@ async fn the_watchdog_keeps_a_majority_and_reports_losing_it() {
     let red = RedLock::new(clients, NAME);
     let guard = red.lock().await.unwrap();
     assert_eq!(guard.masters_held(), 3);
-    let initial = guard.validity();
+    let initial = guard
+        .valid_until()
+        .saturating_duration_since(Instant::now());
     assert!(
         initial > Duration::ZERO && initial < watchdog,
         "{initial:?}"
@@ -208,6 +212,10 @@ async fn the_watchdog_keeps_a_majority_and_reports_losing_it() {
     // an unrenewed key would be gone by now.
     tokio::time::sleep(watchdog + Duration::from_millis(300)).await;
     assert!(!guard.is_lost(), "two of three masters still renewed");
+    assert!(
+        guard.valid_until() > Instant::now(),
+        "valid_until follows the renewals of the majority"
+    );
     for server in &servers[1..] {
         let pttl: i64 = server.conn().pttl(NAME).unwrap();
         assert!(pttl > 0, "renewed key on a live master, pttl {pttl}");
@@ -233,7 +241,9 @@ async fn a_fixed_lease_has_a_validity_and_expires() {
     let lease = Duration::from_millis(400);
     let red = RedLock::new(clients, NAME);
     let guard = red.lock_with_lease(lease).await.unwrap();
-    let validity = guard.validity();
+    let validity = guard
+        .valid_until()
+        .saturating_duration_since(Instant::now());
     assert!(
         validity > Duration::ZERO && validity <= lease - lease / 100 - Duration::from_millis(2),
         "{validity:?}"
@@ -243,7 +253,7 @@ async fn a_fixed_lease_has_a_validity_and_expires() {
         .expect("lease expiry reported");
     assert_eq!(reason, LostReason::LeaseExpired);
     assert!(guard.is_lost());
-    assert_eq!(guard.validity(), Duration::ZERO);
+    assert!(guard.valid_until() <= Instant::now());
     wait_until(Duration::from_secs(5), "keys expired", || {
         servers.iter().all(|s| !exists(s))
     });
@@ -396,4 +406,41 @@ fn bounds(red: RedLock, guard: RedLockGuard) {
     send(red.is_locked());
     send(guard.lost());
     send(guard.unlock());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_is_extended_on_a_majority() {
+    let (mut servers, clients) = masters(3).await;
+    let lease = Duration::from_millis(600);
+    let red = RedLock::new(clients, NAME);
+    let mut guard = red.lock_with_lease(lease).await.unwrap();
+    let first = guard.valid_until();
+    // One master goes away: two of three still extend.
+    servers[2].kill();
+    guard.extend(Duration::from_secs(10)).await.unwrap();
+    assert!(guard.valid_until() > first + Duration::from_secs(5));
+    for server in &servers[..2] {
+        let pttl: i64 = server.conn().pttl(NAME).unwrap();
+        assert!(pttl > 8_000, "{pttl}");
+    }
+    // Past the first lease, still held and trusted.
+    tokio::time::sleep_until((first + lease).into()).await;
+    assert!(!guard.is_lost());
+    // A second master gone: no majority extends any more, and the validity stays.
+    servers[1].kill();
+    let before = guard.valid_until();
+    let err = guard.extend(Duration::from_secs(20)).await.unwrap_err();
+    assert!(err.is_quorum_not_reached(), "{err:?}");
+    assert!(guard.valid_until() <= before);
+    // A watchdog Redlock is not extended.
+    let red = RedLock::new(
+        [Client::connect(&servers[0].url()).await.unwrap()],
+        "red-watchdog",
+    );
+    let mut watchdog = red.lock().await.unwrap();
+    assert!(watchdog
+        .extend(Duration::from_secs(1))
+        .await
+        .unwrap_err()
+        .is_invalid_argument());
 }

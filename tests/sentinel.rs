@@ -307,6 +307,44 @@ async fn credentials_for_the_master_are_used_on_every_connection() {
         .filter(|l| l.contains(" user=locker ") && !l.contains(" sub=0 "))
         .count();
     assert!(locker >= 3 && pubsub >= 1, "{clients}");
+
+    // The whole master connection (credentials and database) as redis-rs's type.
+    use fairlock::redis::sentinel::SentinelNodeConnectionInfo;
+    use fairlock::redis::RedisConnectionInfo;
+    let master = || {
+        SentinelNodeConnectionInfo::default().set_redis_connection_info(
+            RedisConnectionInfo::default()
+                .set_db(5)
+                .set_username("locker")
+                .set_password("s3cret"),
+        )
+    };
+    let c = sentinel_client(&group, |b| b.sentinel_master_connection(master())).await;
+    let guard = c.fair_lock("s-db").lock().await.unwrap();
+    let mut raw = group.master.conn();
+    assert!(!raw.exists::<_, bool>("s-db").unwrap(), "not in database 0");
+    let _: () = redis::cmd("SELECT").arg(5).query(&mut raw).unwrap();
+    assert!(raw.exists::<_, bool>("s-db").unwrap(), "in database 5");
+    guard.unlock().await.unwrap();
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut raw).unwrap();
+    let named = format!(" name=fairlock:{}:cmd ", c.id());
+    let line = clients
+        .lines()
+        .find(|l| l.contains(&named))
+        .unwrap_or_else(|| panic!("no connection{named}in {clients}"));
+    assert!(
+        line.contains(" db=5 ") && line.contains(" user=locker "),
+        "{line}"
+    );
+    // Credentials are given once: both setters together are refused before any I/O.
+    let err = Client::builder()
+        .sentinel(group.master_name.clone(), group.sentinel_urls())
+        .sentinel_master_connection(master())
+        .sentinel_master_auth(Some("locker"), "s3cret")
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_argument(), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -233,7 +233,7 @@ pub async fn read(
         None
     };
     let now = match &state {
-        Some(s) => s.server_time_ms,
+        Some(s) => epoch_ms(s.server_time),
         None => server_time(&mut session.raw).await?,
     };
 
@@ -246,7 +246,7 @@ pub async fn read(
                 field: o.field.clone(),
                 client_id: client.to_owned(),
                 holder_id: holder,
-                holds: o.holds,
+                holds: u64::from(o.holds),
             }
         })
         .collect();
@@ -270,7 +270,7 @@ pub async fn read(
             // The library's rule, with what the tool knows beyond the snapshot: which clients
             // are fairlock's (the same rule as `dead_reason` in cli/lua/cli_prologue.lua).
             let reason = w
-                .dead_reason(now, fairlock_clients.contains(client))
+                .dead_reason(at_epoch_ms(now), fairlock_clients.contains(client))
                 .map(DeadReason::code);
             WaiterView {
                 position: i + 1,
@@ -278,11 +278,11 @@ pub async fn read(
                 client_id: client.to_owned(),
                 holder_id: holder,
                 fairlock: w.is_fairlock() || fairlock_clients.contains(client),
-                deadline_ms: w.deadline_ms,
-                deadline: w.deadline_ms.map(output::timestamp),
-                deadline_in_ms: w.deadline_ms.map(|d| d - now),
-                liveness_until_ms: w.alive_until_ms,
-                liveness_in_ms: w.alive_until_ms.map(|m| m - now),
+                deadline_ms: w.deadline.map(epoch_ms),
+                deadline: w.deadline.map(epoch_ms).map(output::timestamp),
+                deadline_in_ms: w.deadline.map(|d| epoch_ms(d) - now),
+                liveness_until_ms: w.alive_until.map(epoch_ms),
+                liveness_in_ms: w.alive_until.map(|m| epoch_ms(m) - now),
                 alive: reason.is_none(),
                 dead_reason: reason,
             }
@@ -611,6 +611,17 @@ pub fn render(s: &Snapshot, limit: usize) -> Vec<String> {
         lines.extend(t.render(""));
     }
     lines
+}
+
+/// A server time from the library as Unix epoch milliseconds (the unit of the tool's output).
+fn epoch_ms(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Unix epoch milliseconds as the library's `SystemTime`.
+fn at_epoch_ms(ms: i64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64)
 }
 
 #[cfg(test)]

@@ -9,24 +9,34 @@
 //! failure ([`SentinelMaster`]).
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, PushInfo, RedisFuture, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
+use uuid::Uuid;
+
+use std::sync::Arc;
 
 use crate::config::{Config, PubSubMode, Topology};
+use crate::conn::names::{self, KeepNames};
 use crate::conn::sentinel::SentinelMaster;
 use crate::error::{timed_out, Result};
 
 /// A cheap-to-clone handle on the client's command connection.
 #[derive(Clone)]
 pub(crate) enum Conn {
-    Standalone(ConnectionManager),
+    Standalone {
+        manager: ConnectionManager,
+        /// Keeps the connection's name after reconnects while the client lives: poked after a
+        /// failure that makes the manager reconnect.
+        names: Arc<(KeepNames, Arc<Notify>)>,
+    },
     Cluster {
         conn: ClusterConnection,
         /// Release messages use `SPUBLISH` / `SSUBSCRIBE`.
         sharded: bool,
+        /// Keeps the node connections' names after reconnects while the client lives.
+        _names: Arc<KeepNames>,
     },
     Sentinel(SentinelMaster),
 }
@@ -34,7 +44,7 @@ pub(crate) enum Conn {
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Conn::Standalone(_) => f.write_str("Conn::Standalone"),
+            Conn::Standalone { .. } => f.write_str("Conn::Standalone"),
             Conn::Cluster { sharded, .. } => write!(f, "Conn::Cluster {{ sharded: {sharded} }}"),
             Conn::Sentinel(_) => f.write_str("Conn::Sentinel"),
         }
@@ -72,28 +82,42 @@ pub(crate) const CLUSTER_RETRIES: u32 = 2;
 impl Conn {
     /// Opens the command connection for the configured topology, and says where the subscriber
     /// opens its own (on a cluster, the subscription-only connection is opened here too).
-    pub(crate) async fn connect(config: &Config) -> Result<(Conn, PubSubLink)> {
+    pub(crate) async fn connect(config: &Config, id: Uuid) -> Result<(Conn, PubSubLink)> {
+        let cmd_name = names::command_name(id);
         match &config.topology {
-            Topology::Standalone(url) => {
-                let client = redis::Client::open(url.as_str())?;
+            Topology::Standalone(client) => {
+                let client = (**client).clone();
                 let cm_config = ConnectionManagerConfig::new()
                     .set_response_timeout(Some(config.command_timeout))
                     .set_connection_timeout(Some(config.connect_timeout))
                     .set_number_of_retries(2);
-                let manager = tokio::time::timeout(
+                let mut manager = tokio::time::timeout(
                     config.connect_timeout,
                     ConnectionManager::new_with_config(client.clone(), cm_config),
                 )
                 .await
                 .map_err(|_| timed_out("connect timed out"))??;
+                names::name_connection(&mut manager, &cmd_name).await;
+                let (keep, stop) = KeepNames::new();
+                let failed = Arc::new(Notify::new());
+                tokio::spawn(names::keep_standalone_named(
+                    manager.clone(),
+                    cmd_name,
+                    failed.clone(),
+                    stop,
+                ));
                 Ok((
-                    Conn::Standalone(manager),
+                    Conn::Standalone {
+                        manager,
+                        names: Arc::new((keep, failed)),
+                    },
                     PubSubLink::Classic(Box::new(client)),
                 ))
             }
-            Topology::Cluster { nodes, pubsub } => {
+            Topology::Cluster { seeds, pubsub } => {
                 let builder = || {
-                    ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                    seeds
+                        .builder()
                         .connection_timeout(config.connect_timeout)
                         .response_timeout(config.command_timeout)
                         .retries(CLUSTER_RETRIES)
@@ -105,8 +129,8 @@ impl Conn {
                         .map_err(crate::error::Error::from)
                 };
                 let mut conn = connect(builder().build()?).await?;
-                let (tx, pushes) = mpsc::unbounded_channel();
-                let subscriptions = connect(
+                let (tx, raw_pushes) = mpsc::unbounded_channel();
+                let mut subscriptions = connect(
                     builder()
                         .use_protocol(redis::ProtocolVersion::RESP3)
                         .push_sender(tx)
@@ -121,8 +145,31 @@ impl Conn {
                     PubSubMode::Classic => false,
                     PubSubMode::Auto => server_major_version(&mut conn).await? >= 7,
                 };
+                for (c, name) in [
+                    (&mut conn, cmd_name),
+                    (&mut subscriptions, names::subscriber_name(id)),
+                ] {
+                    if let Err(e) = names::name_cluster(c, &name).await {
+                        tracing::debug!(connection = name, error = %e,
+                            "CLIENT SETNAME failed on a cluster node; connection left unnamed");
+                    }
+                }
+                let (keep, stop) = KeepNames::new();
+                let (forward, pushes) = mpsc::unbounded_channel();
+                tokio::spawn(names::keep_cluster_named(
+                    conn.clone(),
+                    subscriptions.clone(),
+                    id,
+                    raw_pushes,
+                    forward,
+                    stop,
+                ));
                 Ok((
-                    Conn::Cluster { conn, sharded },
+                    Conn::Cluster {
+                        conn,
+                        sharded,
+                        _names: Arc::new(keep),
+                    },
                     PubSubLink::Cluster {
                         conn: subscriptions,
                         sharded,
@@ -133,11 +180,13 @@ impl Conn {
             Topology::Sentinel {
                 master_name,
                 sentinels,
+                master,
             } => {
                 let master = SentinelMaster::connect(
                     master_name,
                     sentinels,
-                    config.master_auth.as_ref(),
+                    master.clone(),
+                    cmd_name,
                     config.connect_timeout,
                     config.command_timeout,
                 )
@@ -163,7 +212,7 @@ impl Conn {
     /// Runs a keyless command on the master that owns `slot` (cluster), or on the one server.
     pub(crate) async fn on_master_of(&mut self, slot: u16, cmd: &Cmd) -> Result<Value> {
         match self {
-            Conn::Standalone(c) => Ok(c.req_packed_command(cmd).await?),
+            Conn::Standalone { manager: c, .. } => Ok(c.req_packed_command(cmd).await?),
             Conn::Sentinel(c) => Ok(c.req_packed_command(cmd).await?),
             Conn::Cluster { conn, .. } => {
                 let route = redis::cluster_routing::Route::new(
@@ -215,10 +264,24 @@ async fn server_major_version(conn: &mut ClusterConnection) -> Result<u32> {
     Ok(major)
 }
 
+/// Whether a standalone connection manager reconnects after this error (so its name is gone).
+fn reconnects_after(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
 impl Conn {
+    /// After a failed command: a standalone manager that reconnects must be named again.
+    fn after_failure<T>(&self, reply: &redis::RedisResult<T>) {
+        if let (Conn::Standalone { names, .. }, Err(e)) = (self, reply) {
+            if reconnects_after(e) {
+                names.1.notify_one();
+            }
+        }
+    }
+
     fn send<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Conn::Standalone(c) => c.req_packed_command(cmd),
+            Conn::Standalone { manager: c, .. } => c.req_packed_command(cmd),
             Conn::Cluster { conn, .. } => conn.req_packed_command(cmd),
             Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
@@ -231,7 +294,7 @@ impl Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Conn::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Standalone { manager: c, .. } => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster { conn, .. } => conn.req_packed_commands(pipeline, offset, count),
             Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
@@ -264,6 +327,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             let reply = self.send(cmd).await;
+            self.after_failure(&reply);
             if noscript_reply(&reply) {
                 if let Some(eval) = crate::scripts::eval_instead(cmd) {
                     tracing::debug!("script not cached on the node; sent as EVAL");
@@ -282,6 +346,7 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             let replies = self.send_pipeline(pipeline, offset, count).await;
+            self.after_failure(&replies);
             let noscript = match &replies {
                 Err(e) => is_noscript(e),
                 Ok(values) => values.iter().any(noscript_value),
@@ -298,7 +363,7 @@ impl ConnectionLike for Conn {
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Standalone(c) => c.get_db(),
+            Conn::Standalone { manager: c, .. } => c.get_db(),
             Conn::Cluster { conn, .. } => conn.get_db(),
             Conn::Sentinel(c) => c.get_db(),
         }

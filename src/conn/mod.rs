@@ -3,6 +3,7 @@
 //! (`subscriber/`).
 
 mod command;
+pub(crate) mod names;
 pub(crate) mod sentinel;
 pub(crate) mod subscriber;
 

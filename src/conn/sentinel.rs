@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::RedisConnectionInfo;
+use redis::ConnectionInfo;
 use redis::{
     AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind,
     Value,
@@ -19,7 +19,6 @@ use redis::{
 use tokio::sync::watch;
 use tokio_stream::StreamExt;
 
-use crate::config::MasterAuth;
 use crate::error::timed_out;
 
 /// A cheap-to-clone handle on the current master of one Sentinel-monitored group.
@@ -30,8 +29,10 @@ pub(crate) struct SentinelMaster {
 
 struct Shared {
     master_name: String,
-    /// The sentinels' URLs, for the `+switch-master` watcher.
-    sentinel_urls: Vec<String>,
+    /// The sentinels, for the `+switch-master` watcher.
+    sentinel_infos: Vec<ConnectionInfo>,
+    /// The name of each master connection (`CLIENT SETNAME`).
+    conn_name: String,
     /// Asks the sentinels; one discovery at a time.
     sentinels: tokio::sync::Mutex<SentinelClient>,
     current: Mutex<Current>,
@@ -65,32 +66,27 @@ impl SentinelMaster {
     /// Finds the master and connects to it.
     pub(crate) async fn connect(
         master_name: &str,
-        sentinels: &[String],
-        auth: Option<&MasterAuth>,
+        sentinels: &[ConnectionInfo],
+        node_info: SentinelNodeConnectionInfo,
+        conn_name: String,
         connect_timeout: Duration,
         command_timeout: Duration,
     ) -> RedisResult<SentinelMaster> {
-        let node_info = auth.map(|auth| {
-            let mut info = RedisConnectionInfo::default().set_password(&auth.password);
-            if let Some(user) = &auth.username {
-                info = info.set_username(user);
-            }
-            SentinelNodeConnectionInfo::default().set_redis_connection_info(info)
-        });
         // An owned name works with both signatures redis-rs has (`String`, and `impl AsRef<str>`
         // when its TLS support is on).
         let service_name: String = master_name.to_owned();
         let client = SentinelClient::build(
-            sentinels.iter().map(String::as_str).collect(),
+            sentinels.to_vec(),
             service_name,
-            node_info,
+            Some(node_info),
             SentinelServerType::Master,
         )?;
         let (watcher, stop) = tokio::sync::oneshot::channel();
         let master = SentinelMaster {
             shared: Arc::new(Shared {
                 master_name: master_name.to_owned(),
-                sentinel_urls: sentinels.to_vec(),
+                sentinel_infos: sentinels.to_vec(),
+                conn_name,
                 sentinels: tokio::sync::Mutex::new(client),
                 current: Mutex::new(Current::default()),
                 config: AsyncConnectionConfig::new()
@@ -155,9 +151,10 @@ impl SentinelMaster {
             let client = tokio::time::timeout(timeout, sentinels.async_get_client())
                 .await
                 .map_err(|_| timed_out("asking the sentinels for the master timed out"))??;
-            let conn = client
+            let mut conn = client
                 .get_multiplexed_async_connection_with_config(&self.shared.config)
                 .await?;
+            crate::conn::names::name_connection(&mut conn, &self.shared.conn_name).await;
             let current = self.current();
             if current.switches == switches {
                 break (client, conn, current);
@@ -235,13 +232,14 @@ async fn watch_one(shared: &Weak<Shared>, next: &mut usize, backoff: &mut Durati
         return;
     };
     let master = SentinelMaster { shared: strong };
-    let urls = &master.shared.sentinel_urls;
-    let url = urls[*next % urls.len()].clone();
+    let infos = &master.shared.sentinel_infos;
+    let info = infos[*next % infos.len()].clone();
+    let url = info.addr().to_string();
     *next += 1;
     let timeout = master.shared.connect_timeout;
     let name = master.shared.master_name.clone();
     let connected = async {
-        let client = redis::Client::open(url.as_str())?;
+        let client = redis::Client::open(info)?;
         let mut pubsub = client.get_async_pubsub().await?;
         pubsub.subscribe("+switch-master").await?;
         let mut conn = client.get_multiplexed_async_connection().await?;
@@ -333,6 +331,10 @@ impl ConnectionLike for SentinelMaster {
     }
 
     fn get_db(&self) -> i64 {
-        0
+        let current = self.current();
+        current
+            .master
+            .as_ref()
+            .map_or(0, |m| m.client.get_connection_info().redis_settings().db())
     }
 }

@@ -18,10 +18,16 @@ use crate::util::join_all;
 
 /// Connects, starts the subscriber and the driver, and returns the state they share.
 pub(crate) async fn start(config: Config) -> Result<Arc<Inner>> {
-    let (conn, link) = Conn::connect(&config).await?;
-    let subscriber = Subscriber::start(link, config.connect_timeout, config.command_timeout);
-    let driver = driver::start(conn.clone(), &config);
+    crate::metrics::describe();
     let id = Uuid::new_v4();
+    let (conn, link) = Conn::connect(&config, id).await?;
+    let subscriber = Subscriber::start(
+        link,
+        crate::conn::names::subscriber_name(id),
+        config.connect_timeout,
+        config.command_timeout,
+    );
+    let driver = driver::start(conn.clone(), &config);
     check_eviction_policy(&mut conn.clone()).await;
     let inner = Arc::new(Inner::new(id, config, conn, subscriber, driver));
     tracing::debug!(client = %id, "fairlock client started");

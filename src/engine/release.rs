@@ -62,7 +62,7 @@ pub(crate) async fn release(
         let sent = ops::unlock(conn, &held.spec, &held.field, args).await;
         let found = match sent {
             Err(e) if e.is_transient() && started.elapsed() < window => {
-                tracing::debug!(lock = held.name(), field = &*held.field, error = %e, retries, "retrying release");
+                tracing::debug!(lock = held.name(), field = &*held.field, error = %crate::error::chain(&e), retries, "retrying release");
                 retries += 1;
                 let pause = retry_backoff(retries).min(window.saturating_sub(started.elapsed()));
                 tokio::time::sleep(pause).await;
@@ -205,7 +205,7 @@ pub(crate) async fn release_logged(held: &Held, turn: &FieldTurn, what: What) ->
             tracing::debug!(lock = held.name(), field = &*held.field, outcome = ?o, ?what, "unlocked")
         }
         Err(e) => {
-            tracing::warn!(lock = held.name(), field = &*held.field, error = %e, ?what,
+            tracing::warn!(lock = held.name(), field = &*held.field, error = %crate::error::chain(&e), ?what,
                 "release failed; the lock expires with its lease")
         }
     }

@@ -31,6 +31,9 @@ pub enum LostReason {
     ValidityExpired,
     /// The client was shut down.
     Shutdown,
+    /// The guard was unlocked or dropped: only a [`LostSignal`](crate::LostSignal) reports
+    /// this, to tell subtasks that the hold they worked under has ended.
+    Released,
 }
 
 impl std::fmt::Display for LostReason {
@@ -41,6 +44,7 @@ impl std::fmt::Display for LostReason {
             LostReason::LeaseExpired => "the lease ran out",
             LostReason::ValidityExpired => "no renewal succeeded within the lease",
             LostReason::Shutdown => "the client was shut down",
+            LostReason::Released => "the guard was released",
         })
     }
 }
@@ -55,6 +59,7 @@ impl LostReason {
             LostReason::LeaseExpired => "lease_expired",
             LostReason::ValidityExpired => "validity_expired",
             LostReason::Shutdown => "shutdown",
+            LostReason::Released => "released",
         }
     }
 }

@@ -521,12 +521,12 @@ impl Waiter {
         let since = *outage.since.get_or_insert(now);
         let limit = deadline.unwrap_or(since + max_idle(&self.inner));
         if now >= limit {
-            tracing::warn!(error = %error, outage = ?now - since, "redis still failing; giving up");
+            tracing::warn!(error = %crate::error::chain(&error), outage = ?now - since, "redis still failing; giving up");
             return Err(error);
         }
         outage.retries = outage.retries.saturating_add(1);
         let pause = crate::ops::retry::retry_backoff(outage.retries).min(limit - now);
-        tracing::warn!(error = %error, retry_in = ?pause, "transient redis error while acquiring");
+        tracing::warn!(error = %crate::error::chain(&error), retry_in = ?pause, "transient redis error while acquiring");
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
             _ = shut_down(closed) => return Err(Error::Shutdown),

@@ -9,23 +9,35 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::config::{Builder, Config};
+use crate::conn::subscriber::SubscriberState;
 use crate::engine::inner::Inner;
 use crate::engine::lifecycle;
 use crate::error::Result;
 use crate::lock::fair::FairLock;
 use crate::lock::holder::Holder;
-use crate::lock::plain::Lock;
+use crate::lock::plain::NonFairLock;
 
 /// A connection to Redis for taking locks. Cheap to clone; every clone shares the same
 /// connections and background tasks.
 ///
-/// A client owns one multiplexed command connection (reconnecting on failure), **one** pub/sub
-/// connection that carries the channels of all its waiters (on a cluster: a second cluster
-/// connection that carries only subscriptions, one node connection per shard), and one
-/// driver task (renewals,
-/// heartbeats, background releases). Each client has its own random v4 UUID, the first half of
-/// every owner field it writes. The background tasks end when the last clone, lock handle and
-/// guard are dropped, or at [`shutdown`](Self::shutdown).
+/// **Make one `Client` per process and clone it** wherever locks are needed: every clone, every
+/// handle and every guard share its connections, its one subscription connection and its one
+/// watchdog. Each `Client` you build opens connections of its own:
+///
+/// | Topology | Connections to Redis |
+/// |---|---|
+/// | standalone | 2: one multiplexed command connection (reconnects by itself) and one subscription connection, opened when a call first has to wait |
+/// | cluster | 2 per node: a command connection and a subscription-only connection to each node redis-rs talks to |
+/// | Sentinel | 2 to the master (command, subscriptions) + 2 to one sentinel (its `+switch-master` messages, a query) + short-lived ones while asking the sentinels where the master is |
+///
+/// Every connection is named with `CLIENT SETNAME`: `fairlock:<client id>:cmd` for commands and
+/// `fairlock:<client id>:sub` for subscriptions (`<client id>` is [`id`](Self::id)), so
+/// `CLIENT LIST` shows which process owns which connection; connections that redis-rs reopens
+/// by itself are named again after each reconnect. Subscriptions use RESP3, which Redis 6 and
+/// later speak. The client also runs one driver task (renewals, heartbeats, background
+/// releases). Each client has its own random v4 UUID, the first half of every owner field it
+/// writes. The background tasks end when the last clone, lock handle and guard are dropped, or at
+/// [`shutdown`](Self::shutdown).
 ///
 /// ```no_run
 /// # async fn demo() -> fairlock::Result<()> {
@@ -42,10 +54,13 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to a standalone Redis at `url` with every default (see [`Builder`]).
+    /// Connects to a standalone Redis at `url` (`redis://[user:password@]host:port[/db]`) with
+    /// every default. [`Builder::standalone`] takes anything redis-rs accepts as a connection
+    /// info, and [`Builder::standalone_client`] a [`redis::Client`] of yours.
     ///
     /// # Errors
-    /// [`Error::Redis`](crate::Error::Redis) when the URL is malformed or Redis cannot be reached.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the URL is malformed (before
+    /// any I/O); [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future before it completes leaves nothing running.
@@ -69,7 +84,7 @@ impl Client {
     }
 
     /// Mints a new [`Holder`]: an id no other holder of this process has. Pass it to
-    /// [`FairLock::with_holder`] or [`Lock::with_holder`] on the handles whose calls should share
+    /// [`FairLock::with_holder`] or [`NonFairLock::with_holder`] on the handles whose calls should share
     /// one reentrant hold (in one task or across tasks and threads). Without one, every
     /// acquisition call is its own holder.
     pub fn holder(&self) -> Holder {
@@ -78,14 +93,55 @@ impl Client {
 
     /// A fair (FIFO) lock handle on `name`, in Redisson's `RFairLock` layout. Creating a handle does
     /// no I/O; an invalid name is reported by the first operation as [`Error::InvalidName`](crate::Error::InvalidName).
+    #[must_use = "a lock handle does nothing until one of its methods is called"]
     pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
         FairLock::new(self.inner.clone(), name.into())
     }
 
     /// A non-fair lock handle on `name`, in Redisson's `RLock` layout. No I/O; an invalid name is
     /// reported by the first operation.
-    pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.inner.clone(), name.into())
+    #[must_use = "a lock handle does nothing until one of its methods is called"]
+    pub fn lock(&self, name: impl Into<String>) -> NonFairLock {
+        NonFairLock::new(self.inner.clone(), name.into())
+    }
+
+    /// Checks the client for a readiness probe: one `PING` on its command connection (bounded by
+    /// the command timeout) and the state of its subscription connection. Does not open or wait
+    /// for anything else.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fairlock::Client) {
+    /// let ready = client.health().await.is_ok();
+    /// # let _ = ready; }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Shutdown`](crate::Error::Shutdown) after [`shutdown`](Self::shutdown);
+    /// [`Error::Redis`](crate::Error::Redis) when the `PING` failed or timed out.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn health(&self) -> Result<Health> {
+        if self.is_shutdown() {
+            return Err(crate::Error::Shutdown);
+        }
+        let mut conn = self.inner.conn.clone();
+        let started = std::time::Instant::now();
+        let cmd = redis::cmd("PING");
+        let ping = cmd.query_async::<redis::Value>(&mut conn);
+        tokio::time::timeout(self.inner.config.command_timeout, ping)
+            .await
+            .map_err(|_| crate::error::timed_out("PING timed out"))??;
+        Ok(Health {
+            round_trip: started.elapsed(),
+            subscriber: self.inner.subscriber.state(),
+        })
+    }
+
+    /// The state of the client's subscription connection (no I/O); also part of
+    /// [`health`](Self::health).
+    pub fn subscriber_state(&self) -> SubscriberState {
+        self.inner.subscriber.state()
     }
 
     /// Whether [`shutdown`](Self::shutdown) has been called.
@@ -117,6 +173,16 @@ impl Client {
     pub async fn shutdown(&self) {
         lifecycle::shutdown(&self.inner).await;
     }
+}
+
+/// What [`Client::health`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Health {
+    /// How long the `PING` on the command connection took, on this process's clock.
+    pub round_trip: std::time::Duration,
+    /// The state of the subscription connection.
+    pub subscriber: SubscriberState,
 }
 
 impl Builder {

@@ -49,7 +49,7 @@ use crate::lock::handle::Handle;
 ///
 /// * [`FairLock`] when waiting order matters (no starvation, predictable latency under
 ///   contention) or a Java service uses `RFairLock` on the same name.
-/// * [`Lock`](crate::Lock) when order does not matter or a Java service uses `RLock`: one key per
+/// * [`NonFairLock`](crate::NonFairLock) when order does not matter or a Java service uses `RLock`: one key per
 ///   lock, slightly cheaper, but a releasing client can re-acquire before a waiter elsewhere.
 /// * [`RedLock`](crate::RedLock) only when you run several independent masters (no replication
 ///   between them) and want the lock to survive the loss of a minority of them. Each attempt costs
@@ -108,6 +108,8 @@ use crate::lock::handle::Handle;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
+#[doc(alias = "RFairLock")]
+#[must_use = "a lock handle does nothing until one of its methods is called"]
 pub struct FairLock(Handle);
 
 impl FairLock {
@@ -182,6 +184,30 @@ impl FairLock {
         /// # Cancel safety
         /// Cancel safe, as [`lock`](Self::lock).
         async fn try_lock;
+        /// Takes the lock as [`lock`](Self::lock) does (no lease: the watchdog keeps it), runs
+        /// `work` while the lock is trusted, and releases it when the work is done: the work is
+        /// dropped the moment the lock is lost. Returns the work's output or why it stopped; see
+        /// [`LockGuard::run`](crate::LockGuard::run), which does the same with a guard taken any
+        /// other way (a lease, a bounded wait).
+        ///
+        /// ```no_run
+        /// # async fn demo(client: fairlock::Client) -> fairlock::Result<()> {
+        /// let rows = client
+        ///     .fair_lock("nightly-report")
+        ///     .run(async { /* work under the lock */ 42 })
+        ///     .await?;
+        /// # let _ = rows; Ok(()) }
+        /// ```
+        ///
+        /// # Errors
+        /// As [`lock`](Self::lock); [`Error::Lost`](crate::Error::Lost) when the lock was lost
+        /// before the work finished.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: dropping the future while it waits gives up the wait, as
+        /// [`lock`](Self::lock); while the work runs, it drops the work and releases the lock in
+        /// the background.
+        async fn run;
         /// Deletes the lock whoever holds it and wakes the next waiter. Returns whether it was held.
         /// The former holder's guard learns it at its next renewal
         /// ([`LostReason::Gone`](crate::LostReason::Gone)).

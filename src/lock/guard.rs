@@ -5,14 +5,14 @@
 //! release's place in the field's line synchronously; the driver sends the release.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::engine::driver::{Handoff, Work};
-use crate::engine::field::Held;
+use crate::engine::field::{FixedHold, Held};
 use crate::engine::lane::Lane;
 use crate::engine::release::{release_logged, What};
 use crate::engine::validity::LostReason;
-use crate::error::{Error, Result};
+use crate::error::{duration_ms, Error, Result};
 use crate::keys::Kind;
 use crate::lock::holder::Holder;
 use crate::ops::Unlocked;
@@ -59,6 +59,8 @@ pub struct LockGuard {
     lease: Lease,
     pub(super) token: Option<u64>,
     armed: bool,
+    /// Told when this guard ends, for the [`LostSignal`]s handed out (made on first use).
+    ended: std::sync::OnceLock<Arc<Ended>>,
     /// When the hold was granted (for the hold-time metric).
     #[cfg(feature = "metrics")]
     acquired_at: Instant,
@@ -79,6 +81,7 @@ impl LockGuard {
             lease,
             token,
             armed: true,
+            ended: std::sync::OnceLock::new(),
             #[cfg(feature = "metrics")]
             acquired_at: Instant::now(),
         }
@@ -96,7 +99,7 @@ impl LockGuard {
 
     /// The holder this hold belongs to (the second half of [`owner_field`](Self::owner_field)).
     /// Give it to [`FairLock::with_holder`](crate::FairLock::with_holder) (or
-    /// [`Lock::with_holder`](crate::Lock::with_holder)) to let other calls, in this task or
+    /// [`NonFairLock::with_holder`](crate::NonFairLock::with_holder)) to let other calls, in this task or
     /// others, share this hold.
     pub fn holder(&self) -> Holder {
         let id = self
@@ -152,23 +155,176 @@ impl LockGuard {
     /// # Cancel safety
     /// Cancel safe: dropping the future changes nothing, and awaiting again later still resolves.
     pub async fn lost(&self) -> LostReason {
-        loop {
-            let changed = self.held.changed();
-            tokio::pin!(changed);
-            // Registered before the check, so a loss or a new deadline after it cannot be missed.
-            changed.as_mut().enable();
-            if let Some(reason) = self.held.lost_since(self.epoch) {
-                return reason;
+        wait_lost(&self.held, self.epoch, None).await
+    }
+
+    /// An owned, cheap, cloneable signal of this hold's end, for spawned subtasks that cannot
+    /// borrow the guard: its [`lost`](LostSignal::lost) resolves when this guard's
+    /// [`lost`](Self::lost) would, or when the guard is unlocked or dropped
+    /// ([`LostReason::Released`]), whichever comes first. Work that must stop when the lock can
+    /// no longer be trusted waits on it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fairlock::Client) -> fairlock::Result<()> {
+    /// let guard = client.fair_lock("reports").lock().await?;
+    /// let stop = guard.lost_signal();
+    /// let worker = tokio::spawn(async move {
+    ///     tokio::select! {
+    ///         _ = stop.lost() => { /* stop writing: the lock is gone or released */ }
+    ///         _ = async { /* the work */ } => {}
+    ///     }
+    /// });
+    /// worker.await.ok();
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal {
+            held: self.held.clone(),
+            epoch: self.epoch,
+            ended: self.ended.get_or_init(Default::default).clone(),
+        }
+    }
+
+    /// Runs `work` while this hold is trusted: the work future is dropped the moment the lock is
+    /// [lost](Self::lost) (at the latest at the validity deadline), and the hold is released when
+    /// the work finishes. Returns the work's output, or [`Error::Lost`] with the reason when the
+    /// lock was lost first; the output of work that finished in time is returned even if the
+    /// release that follows fails (the hold then expires with its lease, and the failure is
+    /// logged). Handles have the same as [`FairLock::run`](crate::FairLock::run), which takes
+    /// the lock first.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fairlock::Client) -> fairlock::Result<()> {
+    /// use std::time::Duration;
+    /// let lock = client.fair_lock("nightly-report");
+    /// if let Some(guard) = lock.try_lock(Duration::from_secs(1), None).await? {
+    ///     let rows = guard.run(async { /* work under the lock */ 42 }).await?;
+    ///     # let _ = rows;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Lost`] when the lock was lost before the work finished (the work was dropped).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the work and the guard, which releases the hold in
+    /// the background.
+    pub async fn run<F: std::future::Future>(self, work: F) -> Result<F::Output> {
+        let finished = {
+            tokio::pin!(work);
+            tokio::select! {
+                // A loss found in the same poll as the end of the work wins: the work may have
+                // run past the deadline.
+                biased;
+                reason = self.lost() => Err(reason),
+                output = &mut work => Ok(output),
             }
-            match self.held.valid_until() {
-                Some(deadline) => {
-                    tokio::select! {
-                        _ = &mut changed => {}
-                        _ = tokio::time::sleep_until(deadline.into()) => {}
-                    }
+        };
+        match finished {
+            Ok(output) => {
+                let name = self.name().to_owned();
+                if let Err(e) = self.unlock().await {
+                    tracing::warn!(lock = %name, error = %crate::error::chain(&e),
+                        "work under the lock finished; its release failed");
                 }
-                None => changed.await,
+                Ok(output)
             }
+            Err(reason) => Err(Error::Lost {
+                name: self.name().to_owned(),
+                reason,
+            }),
+        }
+    }
+
+    /// Extends this hold's fixed lease to `lease` from now: the lock's TTL in Redis becomes at
+    /// least `lease` (never shorter than another hold of it needs), and this guard's
+    /// [`valid_until`](Self::valid_until) moves to now + `lease` minus the drift margin, unless
+    /// it was later already (an extension never shortens a hold). For work that takes longer
+    /// than planned under a lease; holds taken without a lease are renewed by the watchdog and
+    /// need no extension.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fairlock::Client) -> fairlock::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = client.fair_lock("import").lock_with_lease(Duration::from_secs(10)).await?;
+    /// // ... the first part took longer than expected ...
+    /// guard.extend(Duration::from_secs(10)).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a hold renewed by the watchdog, or a lease of zero or over
+    /// [`MAX_DURATION`](crate::MAX_DURATION); [`Error::NotHeld`] when the guard is known
+    /// [lost](Self::lost) (its lease ran out before the extension reached Redis) or Redis no
+    /// longer has its holds; [`Error::Redis`] when the extension could not be sent (the hold
+    /// keeps the lease it had; it may or may not have been extended in Redis);
+    /// [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future leaves the hold with the lease it had locally (Redis may
+    /// have extended it already, which only keeps the lock longer).
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        let ttl_ms = duration_ms("lease", lease)?;
+        let Some(id) = self.lease.0 else {
+            return Err(Error::invalid_argument(
+                "extend",
+                "this hold is renewed by the watchdog; only holds taken with a lease are extended",
+            ));
+        };
+        self.held.inner.check_open()?;
+        if self.is_lost() {
+            return Err(Error::NotHeld);
+        }
+        // In the field's line, like every operation that changes what Redis holds for it.
+        let turn = Lane::enter(&self.held).await;
+        if turn.with(|a| a.gen != self.gen) || self.is_lost() {
+            return Err(Error::NotHeld);
+        }
+        let mut conn = self.held.inner.conn.clone();
+        let sent = Instant::now();
+        let still_held =
+            crate::ops::extend(&mut conn, &self.held.spec, &self.held.field, ttl_ms).await?;
+        turn.with(|a| {
+            if a.gen != self.gen {
+                return;
+            }
+            if !still_held {
+                self.held.emptied(a, LostReason::Gone);
+                return;
+            }
+            // A deadline that passed before the extension is marked lost first.
+            self.held.revalidate(a);
+            if let Some(hold) = a.fixed.iter_mut().find(|h| h.id == id.get()) {
+                let extended = FixedHold::new(hold.id, sent, lease);
+                if extended.end > hold.end {
+                    *hold = extended;
+                }
+            }
+            self.held.revalidate(a);
+        });
+        drop(turn);
+        // The driver's timer for the validity deadline follows the new one.
+        self.held.inner.driver.send_lazy(Work::Acquired {
+            held: self.held.clone(),
+            watchdog: false,
+        });
+        if !still_held || self.is_lost() {
+            return Err(Error::NotHeld);
+        }
+        Ok(())
+    }
+
+    /// Tells the lost signals that this guard ends (before its holds are released or its loss
+    /// is forgotten), with the loss if there was one.
+    fn end_signals(&self) {
+        if let Some(ended) = self.ended.get() {
+            let reason = self
+                .held
+                .lost_since(self.epoch)
+                .unwrap_or(LostReason::Released);
+            ended.end(reason);
         }
     }
 
@@ -180,7 +336,7 @@ impl LockGuard {
     /// succeeds, as in Redisson (the next waiter is woken). Releasing a lock that is known
     /// [lost](Self::lost) for any other reason (gone, renewals failed, validity window passed,
     /// shutdown), or that Redis shows held by somebody else, is [`Error::NotHeld`]; so is a
-    /// non-fair [`Lock`](crate::Lock) that expired, as Redisson's `RLock.unlock` throws.
+    /// non-fair [`NonFairLock`](crate::NonFairLock) that expired, as Redisson's `RLock.unlock` throws.
     ///
     /// # Errors
     /// [`Error::NotHeld`] as above; [`Error::Redis`] when the release could not be sent. After an error the
@@ -193,6 +349,7 @@ impl LockGuard {
     /// same holder on the same lock reaches Redis after it.
     pub async fn unlock(mut self) -> Result<()> {
         self.armed = false;
+        self.end_signals();
         let known_lost = self.held.lost_since(self.epoch);
         if !self.detach() {
             // The holds of its generation are gone from Redis already.
@@ -254,6 +411,7 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        self.end_signals();
         self.held.guard_gone(self.epoch);
         if !self.armed || !self.detach() {
             return;
@@ -268,5 +426,90 @@ impl Drop for LockGuard {
                 let _ = release_logged(&held, &turn, What::Guard { gen }).await;
             })));
         });
+    }
+}
+
+/// How a guard ended, for its [`LostSignal`]s.
+#[derive(Debug, Default)]
+pub(crate) struct Ended {
+    reason: std::sync::Mutex<Option<LostReason>>,
+    notify: tokio::sync::Notify,
+}
+
+impl Ended {
+    fn end(&self, reason: LostReason) {
+        let mut slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(reason);
+            drop(slot);
+            self.notify.notify_waiters();
+        }
+    }
+
+    fn get(&self) -> Option<LostReason> {
+        *self.reason.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Until the lock of a guard made at `epoch` on `held` can no longer be trusted, or (with
+/// `ended`) until that guard ends.
+async fn wait_lost(held: &Held, epoch: u64, ended: Option<&Ended>) -> LostReason {
+    loop {
+        let changed = held.changed();
+        tokio::pin!(changed);
+        // Registered before the checks, so a loss, a new deadline or the guard's end after them
+        // cannot be missed.
+        changed.as_mut().enable();
+        let never = tokio::sync::Notify::new();
+        let finished = ended.map_or(&never, |e| &e.notify).notified();
+        tokio::pin!(finished);
+        finished.as_mut().enable();
+        if let Some(reason) = ended.and_then(Ended::get) {
+            return reason;
+        }
+        if let Some(reason) = held.lost_since(epoch) {
+            return reason;
+        }
+        match held.valid_until() {
+            Some(deadline) => {
+                tokio::select! {
+                    _ = &mut changed => {}
+                    _ = &mut finished => {}
+                    _ = tokio::time::sleep_until(deadline.into()) => {}
+                }
+            }
+            None => {
+                tokio::select! {
+                    _ = &mut changed => {}
+                    _ = &mut finished => {}
+                }
+            }
+        }
+    }
+}
+
+/// An owned signal of one guard's end: see [`LockGuard::lost_signal`]. Cheap to clone; every
+/// clone sees the same end. It keeps the guard's client alive, not the hold.
+#[derive(Debug, Clone)]
+pub struct LostSignal {
+    held: Arc<Held>,
+    epoch: u64,
+    ended: Arc<Ended>,
+}
+
+impl LostSignal {
+    /// Resolves once the lock of the guard can no longer be trusted (with the reason
+    /// [`LockGuard::lost`] gives) or the guard was unlocked or dropped
+    /// ([`LostReason::Released`]), whichever comes first.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future changes nothing, and awaiting again later still resolves.
+    pub async fn lost(&self) -> LostReason {
+        wait_lost(&self.held, self.epoch, Some(&self.ended)).await
+    }
+
+    /// Whether [`lost`](Self::lost) would resolve now (no I/O).
+    pub fn is_lost(&self) -> bool {
+        self.ended.get().is_some() || self.held.lost_since(self.epoch).is_some()
     }
 }

@@ -140,7 +140,7 @@ impl Handle {
     }
 }
 
-/// Defines the public methods [`FairLock`](crate::FairLock) and [`Lock`](crate::Lock) share, each
+/// Defines the public methods [`FairLock`](crate::FairLock) and [`NonFairLock`](crate::NonFairLock) share, each
 /// a one-line delegation to the type's [`Handle`] (`self.0`). Every type passes its own
 /// documentation for every method, so each keeps the docs of its own semantics; only the bodies
 /// (and the `#[must_use]` of the builder-style setters) are written once, here.
@@ -152,6 +152,7 @@ macro_rules! lock_methods {
         $(#[$lock:meta])* async fn lock;
         $(#[$lease:meta])* async fn lock_with_lease;
         $(#[$try_lock:meta])* async fn try_lock;
+        $(#[$run:meta])* async fn run;
         $(#[$force:meta])* async fn force_unlock;
         $(#[$locked:meta])* async fn is_locked;
         $(#[$count:meta])* async fn hold_count;
@@ -196,6 +197,11 @@ macro_rules! lock_methods {
             lease: Option<std::time::Duration>,
         ) -> $crate::Result<Option<$crate::LockGuard>> {
             self.0.acquire(Some(wait), lease).await
+        }
+
+        $(#[$run])*
+        pub async fn run<F: std::future::Future>(&self, work: F) -> $crate::Result<F::Output> {
+            self.lock().await?.run(work).await
         }
 
         $(#[$force])*

@@ -26,7 +26,7 @@ static NEXT_MINTED: AtomicI64 = AtomicI64::new(-1);
 /// `tokio::sync::Mutex`). To make several calls **one** reentrant holder, mint a `Holder` with
 /// [`Client::holder`](crate::Client::holder) and hand it to
 /// [`FairLock::with_holder`](crate::FairLock::with_holder) /
-/// [`Lock::with_holder`](crate::Lock::with_holder) wherever those calls run: in one task, in
+/// [`NonFairLock::with_holder`](crate::NonFairLock::with_holder) wherever those calls run: in one task, in
 /// other tasks, in other threads. Their guards are holds on one owner field; the lock is free
 /// again when the last of them is released, and Java sees Redisson's reentrant count.
 ///

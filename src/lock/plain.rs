@@ -1,4 +1,4 @@
-//! [`Lock`]: the non-fair lock in Redisson's `RLock` layout.
+//! [`NonFairLock`]: the non-fair lock in Redisson's `RLock` layout.
 //!
 //! No logic and no state of its own: every method delegates to the shared handle (`lock/handle.rs`).
 
@@ -21,7 +21,7 @@ use crate::lock::handle::Handle;
 /// they run in one task; re-entry is explicit ([`with_holder`](Self::with_holder),
 /// [`LockGuard::reenter`](crate::LockGuard::reenter)).
 ///
-/// Unlike the fair lock, releasing a `Lock` whose lease already ran out is
+/// Unlike the fair lock, releasing a `NonFairLock` whose lease already ran out is
 /// [`Error::NotHeld`](crate::Error::NotHeld), as Redisson's `RLock.unlock` throws.
 ///
 /// ```no_run
@@ -36,11 +36,18 @@ use crate::lock::handle::Handle;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
-pub struct Lock(Handle);
+#[doc(alias = "RLock")]
+#[doc(alias = "Lock")]
+#[must_use = "a lock handle does nothing until one of its methods is called"]
+pub struct NonFairLock(Handle);
 
-impl Lock {
+/// The name [`NonFairLock`] had before 0.2; it says less about what the lock is.
+#[deprecated(since = "0.2.0", note = "renamed to `NonFairLock`")]
+pub type Lock = NonFairLock;
+
+impl NonFairLock {
     pub(crate) fn new(inner: Arc<Inner>, name: String) -> Self {
-        Lock(Handle::new(inner, name, Kind::NonFair))
+        NonFairLock(Handle::new(inner, name, Kind::NonFair))
     }
 
     crate::lock::handle::lock_methods! {
@@ -83,6 +90,30 @@ impl Lock {
         /// # Cancel safety
         /// Cancel safe, as [`lock`](Self::lock).
         async fn try_lock;
+        /// Takes the lock as [`lock`](Self::lock) does (no lease: the watchdog keeps it), runs
+        /// `work` while the lock is trusted, and releases it when the work is done: the work is
+        /// dropped the moment the lock is lost. Returns the work's output or why it stopped; see
+        /// [`LockGuard::run`](crate::LockGuard::run), which does the same with a guard taken any
+        /// other way (a lease, a bounded wait).
+        ///
+        /// ```no_run
+        /// # async fn demo(client: fairlock::Client) -> fairlock::Result<()> {
+        /// let rows = client
+        ///     .lock("cache-rebuild")
+        ///     .run(async { /* work under the lock */ 42 })
+        ///     .await?;
+        /// # let _ = rows; Ok(()) }
+        /// ```
+        ///
+        /// # Errors
+        /// As [`lock`](Self::lock); [`Error::Lost`](crate::Error::Lost) when the lock was lost
+        /// before the work finished.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: dropping the future while it waits gives up the wait, as
+        /// [`lock`](Self::lock); while the work runs, it drops the work and releases the lock in
+        /// the background.
+        async fn run;
         /// Deletes the lock whoever holds it and publishes the release. Returns whether it was held.
         ///
         /// # Cancel safety

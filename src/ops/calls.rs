@@ -225,6 +225,27 @@ pub(crate) async fn give_up(conn: &mut Conn, spec: &LockSpec, field: &str) -> Re
     Ok(removed == 1)
 }
 
+/// Makes the lock live at least `ttl_ms` from now while `field` holds it (the watchdog's renewal
+/// script for one lock: it never shortens the TTL). Returns whether the field still held it.
+pub(crate) async fn extend(
+    conn: &mut Conn,
+    spec: &LockSpec,
+    field: &str,
+    ttl_ms: i64,
+) -> Result<bool> {
+    let reply: Vec<i64> = scripts::RENEW
+        .key(spec.keys.name())
+        .arg(ttl_ms)
+        .arg(field)
+        .invoke_async(conn)
+        .await?;
+    match reply.as_slice() {
+        [1] => Ok(true),
+        [0] => Ok(false),
+        _ => Err(Error::bad_reply("extend", reply)),
+    }
+}
+
 /// Deletes the lock whoever holds it; wakes the next waiter. Returns whether a lock was deleted.
 pub(crate) async fn force_unlock(conn: &mut Conn, spec: &LockSpec) -> Result<bool> {
     let keys = &spec.keys;

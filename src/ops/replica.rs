@@ -70,7 +70,7 @@ pub(crate) async fn synced(conn: &mut Conn, args: &AcquireArgs, sync: ReplicaSyn
             }
         }
         Err(e) => {
-            tracing::warn!(error = %e, "replica sync failed after a grant; releasing it");
+            tracing::warn!(error = %crate::error::chain(&e), "replica sync failed after a grant; releasing it");
             Err(e)
         }
     }

@@ -12,6 +12,7 @@
 //! - [`wait_for_renewal`], [`kill_replica_links`], [`subscribed_channels`]: failover checks.
 //! - [`JavaPeer`]: a real Redisson client in a child JVM (`interop/redisson/RedissonPeer.java`).
 //! - [`Monitor`]: `MONITOR` on one server, for counting the commands a client sends.
+//! - [`TlsFiles`]: a throw-away CA, server and client certificates, and a TLS server.
 //! - [`Proxy`]: a TCP proxy in front of a server that delays, drops and resets connections.
 //! - [`raw`]: Redisson's key and channel names of a lock, queue reads with plain commands
 //!   ([`queue_len`], [`server_now_ms`]), and [`sigkill`] for child processes.
@@ -50,6 +51,7 @@ pub mod redisson_peer;
 mod sentinel;
 mod server;
 mod servers;
+mod tls;
 mod topology;
 mod wait;
 
@@ -65,6 +67,7 @@ pub use raw::{
 pub use sentinel::SentinelGroup;
 pub use server::{info_field, RedisServer};
 pub use servers::{test_server, tls_server_binary, ServerKind, TestServer};
+pub use tls::TlsFiles;
 pub use topology::{
     assert_lost_and_taken_over, kill_replica_links, subscribed_channels, wait_for_renewal,
 };

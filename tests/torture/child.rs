@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fairlock::{Client, FairLock, Holder, Lock, LockGuard};
+use fairlock::{Client, FairLock, Holder, LockGuard, NonFairLock};
 use fairlock_testkit::history::{mono_ns, Event, InstantClock, Outcome};
 use fairlock_testkit::redisson_peer::splitmix;
 use tracing::Instrument;
@@ -102,7 +102,7 @@ where
 #[derive(Clone)]
 pub enum Handle {
     Fair(FairLock),
-    Plain(Lock),
+    Plain(NonFairLock),
 }
 
 impl Handle {

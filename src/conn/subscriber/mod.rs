@@ -37,6 +37,20 @@ use registry::Registry;
 use request::Request;
 use task::Task;
 
+/// The state of a client's subscription connection (see [`Health`](crate::Health)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SubscriberState {
+    /// Connected: release messages reach this client's waiters.
+    Connected,
+    /// Not connected and not needed: no call of this client has waited yet (the connection is
+    /// opened by the first call that has to wait).
+    Idle,
+    /// Calls wait and the connection is down; the client reconnects with backoff. Waiters still
+    /// make progress (they re-check at their own deadlines and after the reconnect), only later.
+    Reconnecting,
+}
+
 /// Handle on the client's subscriber task.
 #[derive(Debug)]
 pub(crate) struct Subscriber {
@@ -48,6 +62,7 @@ impl Subscriber {
     /// Starts the background task on the pub/sub link the connection layer opened.
     pub(crate) fn start(
         link: PubSubLink,
+        name: String,
         connect_timeout: Duration,
         command_timeout: Duration,
     ) -> Self {
@@ -66,6 +81,7 @@ impl Subscriber {
         }
         let task = Task::new(
             transport,
+            name,
             connect_timeout,
             command_timeout,
             registry.clone(),
@@ -109,6 +125,21 @@ impl Subscriber {
             registry: self.registry.clone(),
             tx: self.tx.clone(),
         })
+    }
+
+    /// The state of the subscription connection, for `Client::health`.
+    pub(crate) fn state(&self) -> SubscriberState {
+        if self
+            .registry
+            .connected
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            SubscriberState::Connected
+        } else if self.registry.is_empty() {
+            SubscriberState::Idle
+        } else {
+            SubscriberState::Reconnecting
+        }
     }
 
     /// Wakes every registered waiter (used on shutdown).

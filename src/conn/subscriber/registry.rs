@@ -21,6 +21,8 @@ pub(super) const MAX_LINGERING: usize = 4096;
 #[derive(Debug, Default)]
 pub(super) struct Registry {
     state: Mutex<State>,
+    /// Whether the task has a live subscription connection (for `Client::health`).
+    pub(super) connected: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]

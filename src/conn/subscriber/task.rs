@@ -31,6 +31,8 @@ const RESYNC_SECOND: Duration = Duration::from_secs(3);
 
 pub(super) struct Task {
     transport: Transport,
+    /// The name of the subscription connections (`CLIENT SETNAME`).
+    name: String,
     connect_timeout: Duration,
     command_timeout: Duration,
     registry: Arc<Registry>,
@@ -50,6 +52,7 @@ pub(super) struct Task {
 impl Task {
     pub(super) fn new(
         transport: Transport,
+        name: String,
         connect_timeout: Duration,
         command_timeout: Duration,
         registry: Arc<Registry>,
@@ -58,6 +61,7 @@ impl Task {
     ) -> Self {
         Task {
             transport,
+            name,
             connect_timeout,
             command_timeout,
             registry,
@@ -165,6 +169,9 @@ impl Task {
     }
 
     fn drop_connection(&mut self) {
+        self.registry
+            .connected
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         match self.conn.take() {
             Some(Connected::Classic { .. }) => {
                 tracing::warn!("pub/sub connection lost; reconnecting");
@@ -201,6 +208,9 @@ impl Task {
                 // The cluster connection reconnects by itself; "connecting" here means
                 // subscribing every wanted channel again (the backoff resets once that worked).
                 self.conn = Some(Connected::Cluster);
+                self.registry
+                    .connected
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 self.resubscribe_all();
                 return true;
             }
@@ -208,7 +218,8 @@ impl Task {
         let epoch = self.epoch + 1;
         match transport::open_classic(
             &client,
-            self.connect_timeout,
+            &self.name,
+            (self.connect_timeout, self.command_timeout),
             self.registry.clone(),
             self.self_tx.clone(),
             epoch,
@@ -218,6 +229,9 @@ impl Task {
             Ok(connected) => {
                 self.epoch = epoch;
                 self.conn = Some(connected);
+                self.registry
+                    .connected
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 self.backoff = BACKOFF_MIN;
                 // Every wanted channel must be (re)subscribed on the new connection.
                 self.resubscribe_all();

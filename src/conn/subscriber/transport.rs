@@ -1,6 +1,8 @@
-//! Where subscriptions physically live, per topology, and how messages come in: a dedicated RESP2
-//! pub/sub connection (standalone, or the master Sentinel names), or the subscription-only RESP3
-//! cluster connection with its push messages. Each message wakes its channel's waiter through the
+//! Where subscriptions physically live, per topology, and how messages come in: a dedicated RESP3
+//! connection that carries only subscriptions (standalone, or the master Sentinel names; RESP3 so
+//! that it can also be named with `CLIENT SETNAME`, which a RESP2 connection in subscribe mode
+//! cannot send), or the subscription-only RESP3 cluster connection. Messages arrive as push
+//! messages either way. Each message wakes its channel's waiter through the
 //! registry; a dropped connection, a moved master or a cluster topology event is reported to the
 //! task as a [`Request`].
 //!
@@ -10,12 +12,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::PubSubSink;
+use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_stream::StreamExt;
 
 use super::registry::Registry;
 use super::request::Request;
@@ -25,7 +26,7 @@ use crate::util::join_all;
 
 /// Where subscriptions live.
 pub(super) enum Transport {
-    /// A dedicated RESP2 pub/sub connection opened from this client, reopened after a drop.
+    /// A dedicated RESP3 subscription connection opened from this client, reopened after a drop.
     /// (Boxed for the same reason as in [`PubSubLink`].)
     Classic(Box<redis::Client>),
     /// The subscription-only RESP3 cluster connection (it reconnects by itself).
@@ -40,7 +41,7 @@ pub(super) enum Transport {
 /// The live side of the transport.
 pub(super) enum Connected {
     Classic {
-        sink: PubSubSink,
+        conn: MultiplexedConnection,
         reader: JoinHandle<()>,
     },
     Cluster,
@@ -68,33 +69,60 @@ pub(super) fn from_link(link: PubSubLink) -> (Transport, Option<Pushes>) {
     }
 }
 
-/// Opens a classic pub/sub connection to `client` and starts its reader, which wakes waiters per
-/// message and reports `Disconnected(epoch)` when the stream ends.
+/// Opens a subscription connection (RESP3, named `name`) to the server `client` points at, and
+/// starts its reader, which wakes waiters per message and reports `Disconnected(epoch)` when the
+/// connection ends.
 pub(super) async fn open_classic(
     client: &redis::Client,
-    connect_timeout: Duration,
+    name: &str,
+    timeouts: (Duration, Duration),
     registry: Arc<Registry>,
     tx: mpsc::WeakUnboundedSender<Request>,
     epoch: u64,
 ) -> Result<Connected, String> {
-    let pubsub = match tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await {
-        Ok(Ok(pubsub)) => pubsub,
+    let (connect_timeout, command_timeout) = timeouts;
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    let client =
+        redis::Client::open(info.set_redis_settings(settings)).map_err(|e| e.to_string())?;
+    let (push_tx, mut pushes) = mpsc::unbounded_channel();
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(Some(command_timeout))
+        .set_push_sender(push_tx);
+    let opened = tokio::time::timeout(
+        connect_timeout,
+        client.get_multiplexed_async_connection_with_config(&config),
+    )
+    .await;
+    let mut conn = match opened {
+        Ok(Ok(conn)) => conn,
         Ok(Err(e)) => return Err(e.to_string()),
         Err(_) => return Err("timed out".to_owned()),
     };
-    let (sink, mut stream) = pubsub.split();
+    crate::conn::names::name_connection(&mut conn, name).await;
     let reader = tokio::spawn(async move {
-        while let Some(msg) = stream.next().await {
-            let channel = msg.get_channel_name();
-            if !registry.notify(channel) {
-                tracing::trace!(channel, "message on a channel nobody waits on");
+        while let Some(push) = pushes.recv().await {
+            match push.kind {
+                PushKind::Message => {
+                    if let Some(channel) = push_channel(&push) {
+                        if !registry.notify(&channel) {
+                            tracing::trace!(channel, "message on a channel nobody waits on");
+                        }
+                    }
+                }
+                PushKind::Disconnection => break,
+                _ => {}
             }
         }
         if let Some(tx) = tx.upgrade() {
             let _ = tx.send(Request::Disconnected(epoch));
         }
     });
-    Ok(Connected::Classic { sink, reader })
+    Ok(Connected::Classic { conn, reader })
 }
 
 /// Subscribes (`on`) or unsubscribes `channels` on the live connection.
@@ -105,8 +133,8 @@ pub(super) async fn set_subscribed(
     on: bool,
 ) -> redis::RedisResult<()> {
     match (conn, transport) {
-        (Some(Connected::Classic { sink, .. }), _) if on => sink.subscribe(channels).await,
-        (Some(Connected::Classic { sink, .. }), _) => sink.unsubscribe(channels).await,
+        (Some(Connected::Classic { conn, .. }), _) if on => conn.subscribe(channels).await,
+        (Some(Connected::Classic { conn, .. }), _) => conn.unsubscribe(channels).await,
         (
             Some(Connected::Cluster),
             Transport::Cluster {

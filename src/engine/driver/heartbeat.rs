@@ -82,7 +82,7 @@ pub(super) fn on_beaten(waiters: &[Weak<WaiterBeat>], result: Result<Vec<Beat>>)
             }
         }
         Err(e) => {
-            tracing::warn!(error = %e, waiters = waiters.len(), "waiter heartbeat failed")
+            tracing::warn!(error = %crate::error::chain(&e), waiters = waiters.len(), "waiter heartbeat failed")
         }
     }
 }

@@ -45,7 +45,7 @@ pub(crate) async fn give_up_logged(held: &Held, spec: &LockSpec, field: &str) {
     let outcome = ops::give_up(&mut conn, spec, field).await;
     match outcome {
         Ok(removed) => tracing::debug!(lock = spec.name(), field, removed, "gave up waiting"),
-        Err(e) => tracing::warn!(lock = spec.name(), field, error = %e,
+        Err(e) => tracing::warn!(lock = spec.name(), field, error = %crate::error::chain(&e),
             "give-up failed; the waiter is purged when its liveness window lapses, or by this \
              holder's next attempt"),
     }

@@ -262,7 +262,7 @@ impl Watchdog {
             }
         }
         if let Some(e) = first_error {
-            tracing::warn!(error = %e, locks = failed, "lock renewal failed");
+            tracing::warn!(error = %crate::error::chain(&e), locks = failed, "lock renewal failed");
         }
         retry
     }

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Checks that the library compiles with no features and with each feature alone (cargo-hack's
+# --each-feature), so no feature silently relies on another. Used by scripts/test.sh.
+#
+# Installs what it needs when missing: cargo-hack, from crates.io into .build/tools/ (outside
+# ~/.cargo, so the machine's own tools are left alone), and Debian's libssl-dev and pkg-config,
+# which the `tls-native-tls` feature's OpenSSL bindings build against. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+hack_version="0.6.46"
+tools="$PWD/.build/tools"
+hack="$tools/bin/cargo-hack"
+if ! { [ -x "$hack" ] && "$hack" hack --version 2>/dev/null | grep -qF "$hack_version"; }; then
+  echo "installing cargo-hack $hack_version into $tools" >&2
+  cargo install --locked --quiet --root "$tools" --version "$hack_version" cargo-hack
+fi
+
+need=()
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+if ! dpkg-query -W -f='${Status}' libssl-dev 2>/dev/null | grep -q "install ok installed"; then
+  need+=(libssl-dev)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing ${need[*]} with apt-get" >&2
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    sudo="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# cargo-hack runs `cargo check --manifest-path Cargo.toml …` for the library, and the root
+# manifest selects the workspace's default members (the CLI and the test kit too), whose features
+# would be unified into the library's dependencies (redis's rustls, tokio's "full") and hide a
+# missing one. So the subcommand is an alias that selects the library alone. Dev-dependencies
+# need no removal (--no-dev-deps would edit Cargo.toml while it runs): with resolver 2, a
+# `cargo check` of the library does not turn on their features.
+export CARGO_ALIAS_CHECK_FAIRLOCK_LIB="check --package fairlock"
+# cargo-hack runs as a cargo subcommand; ours comes first on PATH so cargo finds it.
+PATH="$tools/bin:$PATH" cargo hack check-fairlock-lib --package fairlock --each-feature
