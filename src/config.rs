@@ -493,9 +493,10 @@ impl Builder {
     /// database, credentials, protocol and TCP settings, as redis-rs's
     /// [`SentinelNodeConnectionInfo`](redis::sentinel::SentinelNodeConnectionInfo) holds them.
     /// Defaults to plain TCP, database 0, no credentials. With TLS, the master's certificate is
-    /// checked against the system's root certificates (a private CA for Sentinel-managed
-    /// masters is not supported yet: redis-rs takes such certificates only through a builder
-    /// this client cannot read its settings back from). Only valid with
+    /// checked against the system's root certificates; with the `tls-rustls` feature a private
+    /// CA goes in the file the `SSL_CERT_FILE` environment variable names (client certificates
+    /// for Sentinel-managed masters are not supported yet: redis-rs takes them only through a
+    /// builder whose settings this client cannot read back). Only valid with
     /// [`sentinel`](Self::sentinel), and not together with
     /// [`sentinel_master_auth`](Self::sentinel_master_auth) (put the credentials in here).
     ///

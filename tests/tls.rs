@@ -88,3 +88,22 @@ async fn a_client_with_its_own_ca_and_client_certificate_locks_and_waits_over_tl
         .unwrap_err();
     assert!(err.is_redis(), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_urls_trust_the_ca_file_named_by_ssl_cert_file() {
+    // How a private CA reaches connections fairlock opens from URLs alone (a Sentinel's master
+    // among them): with `tls-rustls`, the system's roots are loaded by rustls-native-certs, and
+    // SSL_CERT_FILE replaces them. (nextest runs every test in its own process, so the variable
+    // stays within this test.)
+    let tls = TlsFiles::generate();
+    let (server, tls_port) = tls.start_server(false);
+    std::env::set_var("SSL_CERT_FILE", tls.path("ca.pem"));
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let client = Client::connect(&url).await.unwrap();
+    let guard = client.fair_lock("ca-file").lock().await.unwrap();
+    assert!(redis::cmd("EXISTS")
+        .arg("ca-file")
+        .query::<bool>(&mut server.conn())
+        .unwrap());
+    guard.unlock().await.unwrap();
+}
