@@ -89,15 +89,16 @@ impl ClusterSeeds {
 }
 
 impl Topology {
-    /// Whether two topologies name one deployment (a RedLock needs independent masters). Two
-    /// cluster clients made by closures are the same only when they share the closure.
+    /// Whether two topologies name one deployment (a RedLock needs independent masters): the
+    /// same server address, whatever the database (two databases of one server fail together).
+    /// Two cluster clients made by closures are the same only when they share the closure.
     pub(crate) fn same_deployment(&self, other: &Topology) -> bool {
         fn addr(info: &ConnectionInfo) -> (String, i64) {
             (info.addr().to_string(), info.redis_settings().db())
         }
         match (self, other) {
             (Topology::Standalone(a), Topology::Standalone(b)) => {
-                addr(a.get_connection_info()) == addr(b.get_connection_info())
+                addr(a.get_connection_info()).0 == addr(b.get_connection_info()).0
             }
             (Topology::Cluster { seeds: a, .. }, Topology::Cluster { seeds: b, .. }) => {
                 match (a, b) {
@@ -811,6 +812,40 @@ mod tests {
                 .topology,
             Topology::Sentinel { .. }
         ));
+    }
+
+    #[test]
+    fn one_server_in_two_databases_is_one_deployment() {
+        let topology = |url: &str| Builder::new().standalone(url).validate().unwrap().topology;
+        let (a, b) = (topology("redis://h:1/0"), topology("redis://h:1/3"));
+        assert!(a.same_deployment(&b));
+        assert!(!a.same_deployment(&topology("redis://h:2/0")));
+        let sentinel = Builder::new()
+            .sentinel("m", ["redis://s:1"])
+            .validate()
+            .unwrap()
+            .topology;
+        assert!(!a.same_deployment(&sentinel));
+    }
+
+    #[test]
+    fn a_malformed_url_is_kept_until_build_and_a_later_good_one_replaces_it() {
+        let err = Builder::new()
+            .standalone("nonsense")
+            .validate()
+            .unwrap_err();
+        assert!(err.is_invalid_argument(), "{err:?}");
+        assert!(Builder::new()
+            .standalone("nonsense")
+            .standalone("redis://h:1")
+            .validate()
+            .is_ok());
+        let err = Builder::new()
+            .standalone("redis://h:1")
+            .sentinel_master_connection(Default::default())
+            .validate()
+            .unwrap_err();
+        assert!(err.is_invalid_argument(), "{err:?}");
     }
 
     #[test]
