@@ -858,26 +858,7 @@ async fn a_cluster_builder_of_ones_own_is_used_and_every_connection_is_named() {
     let cluster = RedisCluster::start();
     // An ACL user for lock clients on every node (ACLs do not replicate); the default user, which
     // the cluster and the harness use, may not run scripts.
-    for node in &cluster.nodes {
-        let mut c = node.conn();
-        let _: () = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg("locker")
-            .arg("on")
-            .arg(">s3cret")
-            .arg("~*")
-            .arg("&*")
-            .arg("+@all")
-            .query(&mut c)
-            .unwrap();
-        let _: () = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg("default")
-            .arg("-eval")
-            .arg("-evalsha")
-            .query(&mut c)
-            .unwrap();
-    }
+    support::add_lock_user(&cluster.nodes, "locker", "s3cret");
     let urls = cluster.urls();
     let make = move || {
         fairlock::redis::cluster::ClusterClientBuilder::new(urls.clone())

@@ -249,26 +249,11 @@ async fn credentials_for_the_master_are_used_on_every_connection() {
     let group = SentinelGroup::start();
     // An ACL user for lock clients on every server of the group (ACLs do not replicate); the
     // default user, which the sentinels and the test harness use, may not run scripts.
-    for server in std::iter::once(&group.master).chain(&group.replicas) {
-        let mut c = server.conn();
-        let _: () = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg("locker")
-            .arg("on")
-            .arg(">s3cret")
-            .arg("~*")
-            .arg("&*")
-            .arg("+@all")
-            .query(&mut c)
-            .unwrap();
-        let _: () = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg("default")
-            .arg("-eval")
-            .arg("-evalsha")
-            .query(&mut c)
-            .unwrap();
-    }
+    support::add_lock_user(
+        std::iter::once(&group.master).chain(&group.replicas),
+        "locker",
+        "s3cret",
+    );
     let anonymous = sentinel_client(&group, |b| b).await;
     let err = anonymous.fair_lock("s-auth").lock().await.unwrap_err();
     assert!(err.is_redis() && !err.is_transient(), "{err:?}");

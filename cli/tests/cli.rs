@@ -1204,97 +1204,15 @@ async fn inspect_through_sentinel() {
 }
 
 /// Runs `openssl` (failing loudly when it is missing).
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("`openssl` is needed to make test certificates: apt-get install openssl");
-    assert!(out.status.success(), "openssl {args:?}: {out:?}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rediss_urls_connect_over_tls() {
-    // A throw-away CA and a certificate for 127.0.0.1.
-    let dir = std::env::temp_dir().join(format!("fairlock-cli-tls-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    openssl(
-        &dir,
-        &[
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ]
-        .iter()
-        .copied()
-        .chain([
-            "-subj",
-            "/CN=fairlock test CA",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-        ])
-        .collect::<Vec<_>>(),
-    );
-    openssl(
-        &dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=127.0.0.1",
-        ]
-        .iter()
-        .copied()
-        .chain(["-keyout", "server.key", "-out", "server.csr"])
-        .collect::<Vec<_>>(),
-    );
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    openssl(
-        &dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-out",
-            "server.pem",
-            "-extfile",
-            "ext.cnf",
-        ],
-    );
-    let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
-    let tls_port = closed_port().to_string();
-    // A server built with TLS whatever server is under test (the PyPI builds of 6.2 and Valkey
-    // have none): TLS is the client's side, so Debian's Redis 7.0 checks it on every run.
-    let server = RedisServer::start_tls_capable_with(&[
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &path("server.pem"),
-        "--tls-key-file",
-        &path("server.key"),
-        "--tls-ca-cert-file",
-        &path("ca.pem"),
-        "--tls-auth-clients",
-        "no",
-    ]);
+    // A throw-away CA and a certificate for 127.0.0.1, on a server built with TLS (the test kit
+    // uses Debian's Redis 7.0 whatever server is under test: the PyPI builds have no TLS).
+    let tls = support::TlsFiles::generate();
+    let (server, tls_port) = tls.start_server(false);
     java_hold(&mut server.conn(), "secured", &java(5), Some(30_000));
     let url = format!("rediss://127.0.0.1:{tls_port}");
-    let ca = path("ca.pem");
+    let ca = tls.path("ca.pem");
     let run_tls = |args: Vec<String>, trust: bool| {
         let ca = ca.clone();
         tokio::task::spawn_blocking(move || {
@@ -1324,5 +1242,4 @@ async fn rediss_urls_connect_over_tls() {
     let run = run_tls(args(&["inspect", "secured"]), false).await.unwrap();
     assert!(run.fails_with(3).contains("certificate"), "{run:?}");
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }

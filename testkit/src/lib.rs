@@ -65,7 +65,7 @@ pub use raw::{
     sigkill, timeout_key, waiter_channel,
 };
 pub use sentinel::SentinelGroup;
-pub use server::{info_field, RedisServer};
+pub use server::{add_lock_user, info_field, RedisServer};
 pub use servers::{test_server, tls_server_binary, ServerKind, TestServer};
 pub use tls::TlsFiles;
 pub use topology::{

@@ -552,3 +552,34 @@ impl Drop for RedisServer {
         let _ = fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Makes an ACL user `user` with password `password` allowed everything on each server, and
+/// forbids the default user (which replication, Sentinel and the harness keep using) to run
+/// scripts, so that a client which does not authenticate as `user` cannot take locks. ACLs do not
+/// replicate: pass every server of the deployment.
+pub fn add_lock_user<'a>(
+    servers: impl IntoIterator<Item = &'a RedisServer>,
+    user: &str,
+    password: &str,
+) {
+    for server in servers {
+        let mut c = server.conn();
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(user)
+            .arg("on")
+            .arg(format!(">{password}"))
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all")
+            .query(&mut c)
+            .unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg("-eval")
+            .arg("-evalsha")
+            .query(&mut c)
+            .unwrap();
+    }
+}
