@@ -66,6 +66,18 @@ pub(crate) enum Topology {
     },
 }
 
+/// Every item as a connection info (the first malformed one is the error).
+fn connection_infos<I, T>(items: I) -> redis::RedisResult<Vec<ConnectionInfo>>
+where
+    I: IntoIterator<Item = T>,
+    T: IntoConnectionInfo,
+{
+    items
+        .into_iter()
+        .map(IntoConnectionInfo::into_connection_info)
+        .collect()
+}
+
 /// Makes a cluster client builder with the caller's settings (see [`Builder::cluster_client`]).
 pub(crate) type MakeClusterBuilder = Arc<dyn Fn() -> ClusterClientBuilder + Send + Sync>;
 
@@ -93,17 +105,17 @@ impl Topology {
     /// same server address, whatever the database (two databases of one server fail together).
     /// Two cluster clients made by closures are the same only when they share the closure.
     pub(crate) fn same_deployment(&self, other: &Topology) -> bool {
-        fn addr(info: &ConnectionInfo) -> (String, i64) {
-            (info.addr().to_string(), info.redis_settings().db())
+        fn addr(info: &ConnectionInfo) -> String {
+            info.addr().to_string()
         }
         match (self, other) {
             (Topology::Standalone(a), Topology::Standalone(b)) => {
-                addr(a.get_connection_info()).0 == addr(b.get_connection_info()).0
+                addr(a.get_connection_info()) == addr(b.get_connection_info())
             }
             (Topology::Cluster { seeds: a, .. }, Topology::Cluster { seeds: b, .. }) => {
                 match (a, b) {
                     (ClusterSeeds::Nodes(a), ClusterSeeds::Nodes(b)) => {
-                        a.iter().any(|x| b.iter().any(|y| addr(x).0 == addr(y).0))
+                        a.iter().any(|x| b.iter().any(|y| addr(x) == addr(y)))
                     }
                     (ClusterSeeds::Builder(a), ClusterSeeds::Builder(b)) => Arc::ptr_eq(a, b),
                     _ => false,
@@ -120,7 +132,7 @@ impl Topology {
                     sentinels: sb,
                     ..
                 },
-            ) => a == b && sa.iter().any(|x| sb.iter().any(|y| addr(x).0 == addr(y).0)),
+            ) => a == b && sa.iter().any(|x| sb.iter().any(|y| addr(x) == addr(y))),
             _ => false,
         }
     }
@@ -304,15 +316,9 @@ impl Builder {
     /// One of the topology setters is required; the last call wins. A malformed URL is reported
     /// by [`build`](Self::build) as [`Error::InvalidArgument`] (before any I/O).
     #[must_use = "builder methods return the changed value; the original is unchanged"]
-    pub fn standalone(mut self, info: impl IntoConnectionInfo) -> Self {
-        match redis::Client::open(info) {
-            Ok(client) => self.standalone_client(client),
-            Err(e) => {
-                self.bad_setting = Some(("standalone", e.to_string()));
-                self.topology = None;
-                self
-            }
-        }
+    pub fn standalone(self, info: impl IntoConnectionInfo) -> Self {
+        let client = redis::Client::open(info).map(|c| Topology::Standalone(Box::new(c)));
+        self.set_topology("standalone", client)
     }
 
     /// Talk to one Redis server through a [`redis::Client`] you built, with every setting it
@@ -328,10 +334,8 @@ impl Builder {
     /// # Ok(()) }
     /// ```
     #[must_use = "builder methods return the changed value; the original is unchanged"]
-    pub fn standalone_client(mut self, client: redis::Client) -> Self {
-        self.bad_setting = None;
-        self.topology = Some(Topology::Standalone(Box::new(client)));
-        self
+    pub fn standalone_client(self, client: redis::Client) -> Self {
+        self.set_topology("standalone", Ok(Topology::Standalone(Box::new(client))))
     }
 
     /// Talk to a Redis Cluster through these seed nodes (URLs or connection infos, as for
@@ -371,29 +375,17 @@ impl Builder {
     /// # }
     /// ```
     #[must_use = "builder methods return the changed value; the original is unchanged"]
-    pub fn cluster<I, T>(mut self, nodes: I) -> Self
+    pub fn cluster<I, T>(self, nodes: I) -> Self
     where
         I: IntoIterator<Item = T>,
         T: IntoConnectionInfo,
     {
-        let nodes: redis::RedisResult<Vec<ConnectionInfo>> = nodes
-            .into_iter()
-            .map(IntoConnectionInfo::into_connection_info)
-            .collect();
-        match nodes {
-            Ok(nodes) => {
-                self.bad_setting = None;
-                self.topology = Some(Topology::Cluster {
-                    seeds: ClusterSeeds::Nodes(nodes),
-                    pubsub: self.pubsub,
-                });
-            }
-            Err(e) => {
-                self.bad_setting = Some(("cluster", e.to_string()));
-                self.topology = None;
-            }
-        }
-        self
+        let pubsub = self.pubsub;
+        let cluster = connection_infos(nodes).map(|nodes| Topology::Cluster {
+            seeds: ClusterSeeds::Nodes(nodes),
+            pubsub,
+        });
+        self.set_topology("cluster", cluster)
     }
 
     /// Talk to a Redis Cluster through a [`ClusterClientBuilder`](redis::cluster::ClusterClientBuilder)
@@ -417,15 +409,14 @@ impl Builder {
     /// ```
     #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn cluster_client(
-        mut self,
+        self,
         make: impl Fn() -> ClusterClientBuilder + Send + Sync + 'static,
     ) -> Self {
-        self.bad_setting = None;
-        self.topology = Some(Topology::Cluster {
+        let cluster = Topology::Cluster {
             seeds: ClusterSeeds::Builder(Arc::new(make)),
             pubsub: self.pubsub,
-        });
-        self
+        };
+        self.set_topology("cluster", Ok(cluster))
     }
 
     /// Talk to the master that Redis Sentinel monitors as `master_name`, found through these
@@ -464,26 +455,34 @@ impl Builder {
     /// # }
     /// ```
     #[must_use = "builder methods return the changed value; the original is unchanged"]
-    pub fn sentinel<I, T>(mut self, master_name: impl Into<String>, sentinels: I) -> Self
+    pub fn sentinel<I, T>(self, master_name: impl Into<String>, sentinels: I) -> Self
     where
         I: IntoIterator<Item = T>,
         T: IntoConnectionInfo,
     {
-        let sentinels: redis::RedisResult<Vec<ConnectionInfo>> = sentinels
-            .into_iter()
-            .map(IntoConnectionInfo::into_connection_info)
-            .collect();
-        match sentinels {
-            Ok(sentinels) => {
+        let sentinel = connection_infos(sentinels).map(|sentinels| Topology::Sentinel {
+            master_name: master_name.into(),
+            sentinels,
+            master: SentinelNodeConnectionInfo::default(),
+        });
+        self.set_topology("sentinel", sentinel)
+    }
+
+    /// The topology setters' one rule: the last call wins; a setting that could not be turned
+    /// into connection infos (a malformed URL) is kept to be reported by `build`, and a later
+    /// good setting replaces it.
+    fn set_topology(
+        mut self,
+        setter: &'static str,
+        topology: redis::RedisResult<Topology>,
+    ) -> Self {
+        match topology {
+            Ok(topology) => {
                 self.bad_setting = None;
-                self.topology = Some(Topology::Sentinel {
-                    master_name: master_name.into(),
-                    sentinels,
-                    master: SentinelNodeConnectionInfo::default(),
-                });
+                self.topology = Some(topology);
             }
             Err(e) => {
-                self.bad_setting = Some(("sentinel", e.to_string()));
+                self.bad_setting = Some((setter, e.to_string()));
                 self.topology = None;
             }
         }
