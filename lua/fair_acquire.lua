@@ -2,7 +2,7 @@
 -- count, so sending the same attempt twice (a resend after a lost reply) never adds a second hold.
 --
 -- KEYS[1] owner hash NAME, KEYS[2] waiter queue, KEYS[3] deadline zset, KEYS[4] liveness zset,
--- KEYS[5] fencing counter
+-- KEYS[5] fencing counter, KEYS[6] grant requests hash
 -- ARGV[1] lease in ms (the TTL of the owner hash is never shortened below it)
 -- ARGV[2] owner field '<client uuid>:<holder id>'
 -- ARGV[3] the hold count the caller believes Redis has for the field
@@ -16,15 +16,22 @@
 -- ARGV[10] '1' when no other call of the field waits: an entry of the field still queued was
 --          left by an ended call (its give-up failed), is not this call's place in line, and is
 --          dropped first (the call joins at the tail)
+-- ARGV[11] the call's nonce when it takes a direct hand-off (PROTOCOL 8), '' when it does not
+--          (then an entry of the field in G is dropped)
+-- ARGV[12] the TTL (ms) a direct grant gives the lock: the lease, but no longer than the
+--          liveness window, so a waiter that died just before its grant holds the lock no
+--          longer than a dead waiter blocks the queue; the waiter's client extends it to the
+--          lease once it has the grant
 --
 -- Reply: {1, count, token}  granted or re-entered; count = our hold count now
 --        {2, count, token}  the caller's count + 1 was already there: an earlier send of this
 --                           attempt (or one whose reply was lost) took it; taken up, not added
---        {0, pos, hint}     not granted; pos = our place in the queue (1 = head) when this attempt
---                           joined it at the tail, else 0; hint = how long (ms) the caller may
---                           sleep before the lock can change hands unannounced: the lock's PTTL
---                           when we are the head, the head's deadline when we are second, -1
---                           when a message or a heartbeat will tell us.
+--        {0, pos, hint, now} not granted; pos = our place in the queue (1 = head) when this
+--                           attempt joined it at the tail, else 0; hint = how long (ms) the caller
+--                           may sleep before the lock can change hands unannounced: the lock's
+--                           PTTL when we are the head, the head's deadline when we are second, -1
+--                           when a message or a heartbeat will tell us; now = the server time (ms)
+--                           of this attempt, from which a direct grant's validity is counted.
 -- token = the fencing counter after the grant (0 when not fenced).
 --
 -- Unlike RFairLock, taking the lock does not shift every other deadline (PROTOCOL 7, O(1) hot path):
@@ -32,13 +39,29 @@
 -- patient.
 
 local name, queue, deadlines, liveness, token_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local grants = KEYS[6]
 local lease, field, expected = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local mode, fenced = ARGV[4], ARGV[5] == '1'
 local publish_cmd, channel_prefix = ARGV[6], ARGV[7]
 local window, redisson_wait = tonumber(ARGV[8]), tonumber(ARGV[9])
-local drop_stale = ARGV[10] == '1'
+local drop_stale, nonce, grant_ttl = ARGV[10] == '1', ARGV[11], ARGV[12]
 
-local purged, head = purge_stale_head(queue, deadlines, liveness)
+local function granted(count)
+  if fenced then
+    return {1, count, redis.call('INCR', token_key)}
+  end
+  return {1, count, 0}
+end
+
+-- 0. The uncontended path: no lock and nobody queued (one EXISTS for both keys). Nothing else
+-- below can apply: no hold of ours to count, no entry of ours to drop, re-queue or refresh.
+if redis.call('EXISTS', name, queue) == 0 then
+  redis.call('HSET', name, field, 1)
+  redis.call('PEXPIRE', name, lease)
+  return granted(1)
+end
+
+local purged, head = purge_stale_head(queue, deadlines, liveness, grants)
 -- Our hold count: a lock that does not exist holds nothing (no read needed on the free path).
 local exists = redis.call('EXISTS', name) == 1
 local held = exists and (tonumber(redis.call('HGET', name, field)) or 0) or 0
@@ -60,21 +83,14 @@ local function is_queued()
   return queued
 end
 
-local function granted(count)
-  if fenced then
-    return {1, count, redis.call('INCR', token_key)}
-  end
-  return {1, count, 0}
-end
-
 -- A failed give-up left this field queued: a new call does not inherit that place. When the
 -- entry was the head of a free lock, the new head is woken below like a purged one's. (An empty
 -- queue holds no entry: the uncontended path pays no extra command.)
 if drop_stale and held == 0 and head and is_queued() then
-  leave_queue(queue, deadlines, liveness, field)
+  leave_queue(queue, deadlines, liveness, grants, field)
   queued = false
   local more
-  more, head = purge_stale_head(queue, deadlines, liveness)
+  more, head = purge_stale_head(queue, deadlines, liveness, grants)
   purged = purged + more + 1
 end
 
@@ -94,7 +110,8 @@ if mode == 'requeue' and head ~= field and held == 0 and not is_queued()
   local deadline = joining_deadline(name, queue, deadlines, liveness, field, window,
     redisson_wait, true)
   redis.call('LPUSH', queue, field)
-  mark_alive(liveness, field, window, deadline)
+  mark_alive(liveness, grants, field, window, deadline)
+  want_grant(liveness, grants, field, grant_ttl, fenced, nonce)
   redis.call('ZADD', deadlines, deadline, field)
   queued = true
   head = field
@@ -106,9 +123,10 @@ if not exists and (not head or head == field) then
     redis.call('LPOP', queue)
     redis.call('ZREM', deadlines, field)
     if redis.call('LLEN', queue) == 0 then
-      redis.call('DEL', liveness)
+      redis.call('DEL', liveness, grants)
     else
       redis.call('ZREM', liveness, field)
+      redis.call('HDEL', grants, field)
     end
   end
   redis.call('HSET', name, field, 1)
@@ -124,9 +142,13 @@ if held > 0 then
 end
 
 -- The lock stays with someone else; if purging made a different waiter the head of a free lock,
--- wake it so a dead head never strands the queue.
+-- hand the lock on (grant it or wake the head) so a dead head never strands the queue.
 if purged > 0 and head and head ~= field and not exists then
-  tell(publish_cmd, channel_prefix, head)
+  if pass_on({name = name, queue = queue, deadlines = deadlines, liveness = liveness,
+      grants = grants, token = token_key}, publish_cmd, channel_prefix) then
+    exists = true
+    head = redis.call('LINDEX', queue, 0)
+  end
 end
 
 -- The head watches the lock's TTL (nobody announces an expiry). The waiter right behind the head
@@ -153,22 +175,26 @@ if is_queued() then
     local deadline = refreshed_deadline(queue, deadlines, liveness, field, window,
       redisson_wait)
     redis.call('ZADD', deadlines, 'XX', 'GT', deadline, field)
-    mark_alive(liveness, field, window, deadline)
+    mark_alive(liveness, grants, field, window, deadline)
   end
-  return {0, 0, hint()}
+  if nonce == '' and mode ~= 'try' then
+    redis.call('HDEL', grants, field)
+  end
+  return {0, 0, hint(), server_now_ms()}
 end
 
 if mode == 'try' then
-  return {0, 0, redis.call('PTTL', name)}
+  return {0, 0, redis.call('PTTL', name), 0}
 end
 
 -- 4. Join the tail (the head when the queue was empty).
 local deadline = joining_deadline(name, queue, deadlines, liveness, field, window,
   redisson_wait, false)
 local position = redis.call('RPUSH', queue, field)
-mark_alive(liveness, field, window, deadline)
+mark_alive(liveness, grants, field, window, deadline)
+want_grant(liveness, grants, field, grant_ttl, fenced, nonce)
 redis.call('ZADD', deadlines, deadline, field)
 if not head then
   head = field
 end
-return {0, position, hint()}
+return {0, position, hint(), server_now_ms()}

@@ -2,7 +2,8 @@
 -- src/scripts.rs, never pasted). It only defines local helpers; it touches no key by itself.
 --
 -- Keys of one fair lock (PROTOCOL 1): the owner hash NAME, the waiter queue Q (list), the deadline
--- zset Z (Redisson's), and fairlock's own liveness zset L = fairlock_liveness:{NAME}.
+-- zset Z (Redisson's), the fencing counter T, and fairlock's own keys: the liveness zset
+-- L = fairlock_liveness:{NAME} and the grant requests hash G = fairlock_grants:{NAME}.
 --
 -- Invariants kept by every fair script:
 -- * Q and Z hold the same members, and only the head of Q may take the lock.
@@ -16,6 +17,11 @@
 --   Tombstones go with L when our scripts find the queue empty (a release, a give-up, a purge).
 -- * A fairlock waiter is judged alive by its mark in L, never by its score in Z: Redisson clients
 --   shift every score in Z on each of their acquisitions, ours included (PROTOCOL 4 and 7).
+-- * G holds, for a queued fairlock waiter that can take a direct hand-off, what it asked for:
+--   '<TTL ms>:<fenced 0|1>:<call nonce>'. A waiter leaves G whenever it leaves Q by our scripts;
+--   G goes with L when the queue is found empty, and never outlives L (same TTL). When the lock
+--   falls free and the live head has an entry in G, the script that freed it grants the lock to
+--   that head itself (`pass_on`): the head is the owner before it hears of it (PROTOCOL 8).
 
 -- The largest number of milliseconds a script writes (a score, a TTL). Lua hands numbers to Redis
 -- with 14 significant digits, so 10^14 and more would arrive in exponent form, which PEXPIRE
@@ -46,24 +52,28 @@ end
 -- to a live waiter of either client (both always write them together) and would block the queue
 -- for ever, so it is treated as dead. Only the head is examined, as Redisson does, so the cost is
 -- proportional to the number of dead waiters removed, not to the queue length.
--- Returns the number of waiters removed and the live head left (nil when the queue is empty).
-local function purge_stale_head(queue, deadlines, liveness)
+-- Returns the number of waiters removed, the live head left (nil when the queue is empty) and
+-- whether that head is a fairlock waiter (has a mark in L).
+local function purge_stale_head(queue, deadlines, liveness, grants)
   local removed = 0
   while true do
     local head = redis.call('LINDEX', queue, 0)
     if not head then
       if removed > 0 then
-        redis.call('DEL', liveness)
+        redis.call('DEL', liveness, grants)
       end
-      return removed, nil
+      return removed, nil, false
     end
     local alive_until = redis.call('ZSCORE', liveness, head)
     local until_ms = alive_until or redis.call('ZSCORE', deadlines, head)
     if until_ms and tonumber(until_ms) > server_now_ms() then
-      return removed, head
+      return removed, head, alive_until ~= false
     end
     redis.call('ZREM', deadlines, head)
     redis.call('LPOP', queue)
+    if alive_until then
+      redis.call('HDEL', grants, head)
+    end
     -- A fairlock waiter's lapsed mark stays in L as its tombstone (see the invariants above);
     -- `sweep_liveness` drops it one window after it lapsed.
     removed = removed + 1
@@ -199,19 +209,40 @@ end
 -- after a Redisson client empties it, L expires by itself. When L's TTL falls short it is set to
 -- twice what is needed, so the waiters joining and refreshing after this one find it long enough
 -- and pay one PTTL, not a PEXPIRE each.
-local function mark_alive(liveness, field, window, score)
+-- G (the grant requests) is given the same TTL whenever L's is set, so it never outlives L.
+local function mark_alive(liveness, grants, field, window, score)
   local now = server_now_ms()
   redis.call('ZADD', liveness, now + window, field)
   local needed = math.max(window, math.ceil(score - now))
   if redis.call('PTTL', liveness) < needed then
     redis.call('PEXPIRE', liveness, capped(2 * needed))
+    redis.call('PEXPIRE', grants, capped(2 * needed))
   end
 end
 
--- After our script removed waiters: once nobody is queued, L has no live member and goes.
-local function forget_marks_if_empty(queue, liveness)
+-- Records what a queued fairlock waiter asks for when the lock is handed to it directly (see G
+-- above): call it after `mark_alive`. A G made here takes L's TTL (one made earlier has it).
+-- With `nonce` = '' the waiter takes no direct hand-off (it is told '0' and acquires by itself):
+-- an entry an earlier call of the field left is dropped.
+local function want_grant(liveness, grants, field, ttl, fenced, nonce)
+  if nonce == '' then
+    redis.call('HDEL', grants, field)
+    return
+  end
+  local fresh = redis.call('EXISTS', grants) == 0
+  redis.call('HSET', grants, field, ttl .. ':' .. (fenced and '1' or '0') .. ':' .. nonce)
+  if fresh then
+    local ttl = redis.call('PTTL', liveness)
+    if ttl > 0 then
+      redis.call('PEXPIRE', grants, ttl)
+    end
+  end
+end
+
+-- After our script removed waiters: once nobody is queued, L and G have no live member and go.
+local function forget_marks_if_empty(queue, liveness, grants)
   if redis.call('LLEN', queue) == 0 then
-    redis.call('DEL', liveness)
+    redis.call('DEL', liveness, grants)
   end
 end
 
@@ -231,13 +262,14 @@ local function sweep_liveness(deadlines, liveness, window)
   end
 end
 
--- Take `field` out of the queue wherever it stands (Q, Z and L together).
-local function leave_queue(queue, deadlines, liveness, field)
+-- Take `field` out of the queue wherever it stands (Q, Z, L and G together).
+local function leave_queue(queue, deadlines, liveness, grants, field)
   local was_queued = redis.call('ZREM', deadlines, field)
   redis.call('LREM', queue, 0, field)
   redis.call('ZREM', liveness, field)
+  redis.call('HDEL', grants, field)
   if was_queued == 1 then
-    forget_marks_if_empty(queue, liveness)
+    forget_marks_if_empty(queue, liveness, grants)
   end
   return was_queued
 end
@@ -248,16 +280,51 @@ local function tell(publish_cmd, channel_prefix, waiter)
   redis.call(publish_cmd, channel_prefix .. ':' .. waiter, '0')
 end
 
--- The lock is known to be free: drop dead heads, then tell the live head, if any.
--- With nobody queued, L can hold only tombstones (or marks a Redisson purge left), which mean
--- nothing for an empty queue (the tail is the head): it goes, so a lock that falls idle leaves no
--- liveness set behind for its TTL (tombstones of killed waiters did, when a Redisson client
--- emptied the queue and no heartbeat was left to sweep them).
-local function wake_head(queue, deadlines, liveness, publish_cmd, channel_prefix)
-  local _, head = purge_stale_head(queue, deadlines, liveness)
-  if head then
-    tell(publish_cmd, channel_prefix, head)
-  else
-    redis.call('DEL', liveness)
+-- The lock is known to be free (NAME does not exist): drop dead heads, then hand it to the live
+-- head. `k` holds the keys: name, queue, deadlines, liveness, grants, token.
+--
+-- A fairlock head with a request in G is granted the lock here (PROTOCOL 8): it leaves Q, Z, L
+-- and G, becomes the owner with one hold and the TTL it asked for (its lease or its client's
+-- watchdog timeout, at most its liveness window: its client extends it to the full lease once
+-- it has the grant), gets a fencing token if it asked for one, and is told on its own channel
+-- with 'fairlock:grant:<nonce>:<server ms>:<token>' (nonce: the call it asked for; server ms:
+-- the time of the grant, from which its client counts its validity). Any other head (a
+-- Redisson waiter, a fairlock waiter that asked for no hand-off) is told '0' (PROTOCOL 2) and
+-- acquires by itself. Returns the head that now owns the lock, or nil.
+--
+-- With nobody queued, L and G can hold only tombstones and stale requests (or marks a Redisson
+-- purge left), which mean nothing for an empty queue (the tail is the head): they go, so a lock
+-- that falls idle leaves nothing of ours behind for its TTL.
+local function pass_on(k, publish_cmd, channel_prefix)
+  local _, head, ours = purge_stale_head(k.queue, k.deadlines, k.liveness, k.grants)
+  if not head then
+    redis.call('DEL', k.liveness, k.grants)
+    return nil
   end
+  local request = ours and redis.call('HGET', k.grants, head)
+  local ttl, fenced, nonce
+  if request then
+    ttl, fenced, nonce = string.match(request, '^(%d+):([01]):(%d+)$')
+  end
+  if not nonce then
+    tell(publish_cmd, channel_prefix, head)
+    return nil
+  end
+  redis.call('LPOP', k.queue)
+  redis.call('ZREM', k.deadlines, head)
+  if redis.call('LLEN', k.queue) == 0 then
+    redis.call('DEL', k.liveness, k.grants)
+  else
+    redis.call('ZREM', k.liveness, head)
+    redis.call('HDEL', k.grants, head)
+  end
+  redis.call('HSET', k.name, head, 1)
+  redis.call('PEXPIRE', k.name, tonumber(ttl))
+  local token = 0
+  if fenced == '1' then
+    token = redis.call('INCR', k.token)
+  end
+  redis.call(publish_cmd, channel_prefix .. ':' .. head,
+    'fairlock:grant:' .. nonce .. ':' .. server_now_ms() .. ':' .. token)
+  return head
 end

@@ -39,6 +39,10 @@ pub const TOKEN_PREFIX: &str = "redisson_lock_token";
 /// Prefix of fairlock's own liveness marks of its fair waiters, `fairlock_liveness:{NAME}` (a
 /// sorted set: owner field, the server time by which the waiter must show life again).
 pub const LIVENESS_PREFIX: &str = "fairlock_liveness";
+/// Prefix of fairlock's own grant requests of its fair waiters, `fairlock_grants:{NAME}` (a
+/// hash: owner field, `<lease ms>:<fenced 0|1>:<call nonce>`; what a queued waiter asks for when
+/// the lock is handed to it directly, [PROTOCOL 8](crate::protocol)).
+pub const GRANTS_PREFIX: &str = "fairlock_grants";
 /// Prefix of Redisson's unlock latches, `redisson_unlock_latch:{NAME}:<request id>` (strings
 /// with a PX). fairlock never writes one.
 pub const LATCH_PREFIX: &str = "redisson_unlock_latch";
@@ -72,19 +76,19 @@ pub fn derived(prefix: &str, name: &str) -> String {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockKeys {
-    /// The owner hash name, release channel, queue, deadline set, fencing counter and liveness
-    /// set, concatenated.
+    /// The owner hash name, release channel, queue, deadline set, fencing counter, liveness set
+    /// and grant requests, concatenated.
     buf: Box<str>,
-    /// Where each of the six names ends in `buf`.
-    ends: [u32; 6],
+    /// Where each of the seven names ends in `buf`.
+    ends: [u32; 7],
 }
 
 impl LockKeys {
     /// Derives the names for `name`. Any name derives; [`check_name`] says whether a client
     /// can use it.
     pub fn new(name: &str) -> Self {
-        let mut buf = String::with_capacity(6 * name.len() + 112);
-        let mut ends = [0u32; 6];
+        let mut buf = String::with_capacity(7 * name.len() + 130);
+        let mut ends = [0u32; 7];
         buf.push_str(name);
         ends[0] = buf.len() as u32;
         for (i, prefix) in [
@@ -93,6 +97,7 @@ impl LockKeys {
             DEADLINES_PREFIX,
             TOKEN_PREFIX,
             LIVENESS_PREFIX,
+            GRANTS_PREFIX,
         ]
         .into_iter()
         .enumerate()
@@ -141,6 +146,13 @@ impl LockKeys {
     /// [PROTOCOL 7]: crate::protocol
     pub fn liveness(&self) -> &str {
         self.part(5)
+    }
+
+    /// fairlock's own grant requests of its fair waiters (hash; [PROTOCOL 8]).
+    ///
+    /// [PROTOCOL 8]: crate::protocol
+    pub fn grants(&self) -> &str {
+        self.part(6)
     }
 
     /// The channel of one fair waiter: the release channel, `:`, its owner field.
@@ -265,6 +277,7 @@ pub fn check_name(name: &str, cluster: bool) -> std::result::Result<(), NameProb
             keys.deadlines(),
             keys.token(),
             keys.liveness(),
+            keys.grants(),
         ];
         if derived.iter().any(|key| slot(key) != home) {
             return Err(NameProblem::CrossSlot);
@@ -291,6 +304,8 @@ pub enum DerivedKey {
     Deadlines,
     /// fairlock's liveness marks, [`LIVENESS_PREFIX`].
     Liveness,
+    /// fairlock's grant requests, [`GRANTS_PREFIX`].
+    Grants,
     /// The fencing counter, [`TOKEN_PREFIX`].
     Token,
     /// One of Redisson's unlock latches, [`LATCH_PREFIX`].
@@ -320,6 +335,7 @@ pub fn parse_derived(key: &str) -> Option<(&str, DerivedKey)> {
         (QUEUE_PREFIX, DerivedKey::Queue),
         (DEADLINES_PREFIX, DerivedKey::Deadlines),
         (LIVENESS_PREFIX, DerivedKey::Liveness),
+        (GRANTS_PREFIX, DerivedKey::Grants),
         (TOKEN_PREFIX, DerivedKey::Token),
         (LATCH_PREFIX, DerivedKey::Latch),
     ] {

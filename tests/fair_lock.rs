@@ -133,7 +133,8 @@ async fn lease_sets_pttl_and_queue_keys_follow_the_prefix_rule() {
             || [
                 "redisson_lock_queue",
                 "redisson_lock_timeout",
-                "fairlock_liveness"
+                "fairlock_liveness",
+                "fairlock_grants"
             ]
             .iter()
             .any(|p| *k == format!("{p}:{{tag}}x"))),

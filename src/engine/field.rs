@@ -70,8 +70,8 @@ fn from_nanos(nanos: u64) -> Instant {
 /// `gen`; the guard accounting is also changed by a guard that detaches (under the lane's mutex).
 ///
 /// One lives in every held field's [`Held`] (10,000 held locks keep 10,000 of them), so the
-/// counters of live guards, releases and calls are `u32` and the flag sits beside them: 88 bytes
-/// rather than 104, which keeps `Held` within a 272-byte allocation (see the `sizes` test).
+/// counters of live guards, releases and calls are `u32` and the flag sits beside them: 96 bytes
+/// rather than 112, which keeps `Held` within a 272-byte allocation (see the `sizes` test).
 #[derive(Debug, Default)]
 pub(crate) struct Account {
     /// Holds Redis has for the field, as of the last script reply.
@@ -101,6 +101,11 @@ pub(crate) struct Account {
     /// [`Held`] that is gone since. Such a call drops that entry before it joins: a new call
     /// always joins at the tail, never in a place an ended call left behind.
     pub(crate) waiting_calls: u32,
+    /// The nonce of the call whose last attempt left the field queued asking for a direct grant
+    /// (PROTOCOL 8), 0 when none: a grant announced for that nonce can be taken up without a
+    /// round trip as long as this is still set (any later operation on the field clears or
+    /// replaces it, so a grant message that arrives late is never taken for a newer one).
+    pub(crate) pending_nonce: u64,
     /// The last acquire attempt's reply was lost: Redis may have `count + 1`.
     pub(crate) dark: bool,
 }
@@ -281,11 +286,37 @@ pub(crate) struct Held {
     valid_by_watchdog: AtomicBool,
     /// The last lapsed deadline marked lost ([`to_nanos`]; 0: none), so one lapse is marked once.
     lapse_marked: AtomicU64,
+    /// [`PER_CALL`] and [`EXPOSED`]: whether the holder id may be reused when this is dropped.
+    reuse: std::sync::atomic::AtomicU8,
 }
+
+/// The holder is a call's own (no `Holder` was passed).
+const PER_CALL: u8 = 1;
+/// The holder id was handed to the user (a guard's `holder()`).
+const EXPOSED: u8 = 2;
 
 impl Held {
     pub(crate) fn name(&self) -> &str {
         self.spec.name()
+    }
+
+    /// The holder id: the part of the owner field after the client id.
+    pub(crate) fn holder_id(&self) -> i64 {
+        self.field
+            .rsplit(':')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .expect("an owner field this client built ends with its holder id")
+    }
+
+    /// The field's holder is a call's own: its id may be reused once nothing of it is left.
+    pub(crate) fn mark_per_call(&self) {
+        self.reuse.fetch_or(PER_CALL, Ordering::Relaxed);
+    }
+
+    /// The holder id was handed out: it is never reused.
+    pub(crate) fn expose(&self) {
+        self.reuse.fetch_or(EXPOSED, Ordering::Relaxed);
     }
 
     /// The current loss epoch (a new guard records it).
@@ -488,6 +519,17 @@ impl Drop for Held {
         self.inner
             .driver
             .send_lazy(crate::engine::driver::Work::Forget { id: self.id });
+        // A call's own holder that left nothing Redis may hold unseen can serve a later call
+        // (see `Inner::reuse_holder`). Nothing else refers to the field, so no guard, call or
+        // work in its line is left; the account says whether Redis may still hold any of it.
+        if *self.reuse.get_mut() == PER_CALL {
+            let clean = self
+                .lane
+                .with(|a| a.count == 0 && a.uncertain == 0 && !a.dark);
+            if clean {
+                self.inner.holder_idle(self.spec.name(), self.holder_id());
+            }
+        }
     }
 }
 
@@ -559,6 +601,7 @@ impl Helds {
             valid_until: AtomicU64::new(0),
             valid_by_watchdog: AtomicBool::new(false),
             lapse_marked: AtomicU64::new(0),
+            reuse: std::sync::atomic::AtomicU8::new(0),
         });
         map.insert(key, Arc::downgrade(&held));
         let swept = self.swept_at.load(Ordering::Relaxed) as usize;
@@ -630,8 +673,8 @@ mod tests {
     }
 
     /// A held lock costs its client about 1 KiB (benches/watchdog_scale.rs); `Held` is the
-    /// largest part of it. Its `Arc` allocation (two counts + `Held`) must stay within 264
-    /// bytes, which glibc serves from a 272-byte chunk (a 288-byte one above that).
+    /// largest part of it. Its `Arc` allocation (two counts + `Held`) must stay within 272
+    /// bytes, which glibc serves from a 288-byte chunk.
     #[test]
     fn the_loss_log_keeps_only_what_live_guards_can_ask() {
         let t = Instant::now();
@@ -672,12 +715,12 @@ mod tests {
     #[cfg(target_pointer_width = "64")]
     fn sizes() {
         assert!(
-            std::mem::size_of::<Account>() <= 88,
+            std::mem::size_of::<Account>() <= 96,
             "Account: {} bytes",
             std::mem::size_of::<Account>()
         );
         assert!(
-            std::mem::size_of::<Held>() <= 248,
+            std::mem::size_of::<Held>() <= 256,
             "Held: {} bytes",
             std::mem::size_of::<Held>()
         );

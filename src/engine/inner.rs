@@ -31,7 +31,22 @@ pub(crate) struct Inner {
     /// The last owner field built: a holder taking many locks (or one lock many times) shares
     /// one allocation.
     last_field: std::sync::Mutex<Option<(i64, Arc<str>)>>,
+    /// Idle call holders by lock name (see [`reuse_holder`](Self::reuse_holder)).
+    idle_holders: std::sync::Mutex<IdleHolders>,
 }
+
+/// Holder ids of ended calls that left nothing behind, by lock name, newest last.
+#[derive(Debug, Default)]
+struct IdleHolders {
+    by_name: std::collections::HashMap<Box<str>, Vec<i64>>,
+    total: usize,
+}
+
+/// At most this many idle holders are kept per client (each is a few bytes and, for a while, a
+/// subscribed channel: see `conn/subscriber`).
+const MAX_IDLE_HOLDERS: usize = 4096;
+/// At most this many per lock name.
+const MAX_IDLE_HOLDERS_PER_NAME: usize = 256;
 
 impl Inner {
     pub(crate) fn new(
@@ -51,7 +66,51 @@ impl Inner {
             helds: Helds::default(),
             closed: watch::Sender::new(false),
             last_field: std::sync::Mutex::new(None),
+            idle_holders: std::sync::Mutex::new(IdleHolders::default()),
         }
+    }
+
+    /// A holder id for a new call on lock `name` that a call of this client used before and that
+    /// left nothing behind, if there is one (the newest first).
+    ///
+    /// Why: a fair waiter listens on its own channel (PROTOCOL 2), one per owner field, so a
+    /// fresh holder per call would cost every waiting call a subscription (a round trip, then a
+    /// second attempt to cover the gap) and an unsubscription later. A reused holder's channel
+    /// is usually still subscribed (it lingers), so its call waits at once.
+    ///
+    /// Why it is safe: an id comes back here only from a field whose every trace is gone
+    /// ([`Held`](crate::engine::field::Held)'s `Drop`): no guard, no call, no work in its line,
+    /// no hold in Redis by the client's count and no reply it never saw, and a holder nobody was
+    /// given (a guard's `holder()` keeps it out for good). So two calls that run at the same
+    /// time never share a holder, and no `Holder` value a user kept can re-enter a later call's
+    /// hold. What Redis may still have of it is what any holder's next call meets and settles:
+    /// a queue entry whose give-up failed (dropped by the call's first attempt) and a grant
+    /// message that comes late (it names the old call's nonce and is ignored).
+    pub(crate) fn reuse_holder(&self, name: &str) -> Option<i64> {
+        let mut idle = self.idle_holders.lock().unwrap_or_else(|p| p.into_inner());
+        let ids = idle.by_name.get_mut(name)?;
+        let id = ids.pop();
+        if ids.is_empty() {
+            idle.by_name.remove(name);
+        }
+        if id.is_some() {
+            idle.total -= 1;
+        }
+        id
+    }
+
+    /// A call holder `id` on lock `name` left nothing behind: a later call may reuse it.
+    pub(crate) fn holder_idle(&self, name: &str, id: i64) {
+        let mut idle = self.idle_holders.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.total >= MAX_IDLE_HOLDERS {
+            return;
+        }
+        let ids = idle.by_name.entry(name.into()).or_default();
+        if ids.len() >= MAX_IDLE_HOLDERS_PER_NAME {
+            return;
+        }
+        ids.push(id);
+        idle.total += 1;
     }
 
     pub(crate) fn check_open(&self) -> Result<()> {

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::config::ReplicaSync;
-use crate::conn::subscriber::Subscription;
+use crate::conn::subscriber::{Mailbox, Subscription};
 use crate::conn::Conn;
 use crate::engine::driver::{AttemptFuture, Handoff, WaiterBeat, Work};
 use crate::engine::field::{next_id, FieldTurn, FixedHold, Held};
@@ -43,6 +43,9 @@ use crate::ops::{self, AcquireArgs, Attempt, Mode};
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Request {
     pub(crate) holder: i64,
+    /// The holder is the call's own (not one the caller passed): the field may be reused by a
+    /// later call of this client once nothing of it is left (`Inner::reuse_holder`).
+    pub(crate) per_call: bool,
     /// `None`: wait for ever.
     pub(crate) wait: Option<Duration>,
     /// `None`: watchdog.
@@ -102,7 +105,8 @@ impl LockGuard {
             return Err(Error::NotHeld);
         }
         let req = Request {
-            holder: self.holder().id(),
+            holder: self.held.holder_id(),
+            per_call: false,
             wait: Some(Duration::ZERO),
             lease,
             fenced: self.token.is_some(),
@@ -157,6 +161,20 @@ async fn acquire_inner(
     };
     let field = inner.field(req.holder);
     let held = inner.helds.get(inner, spec, &field)?;
+    if req.per_call {
+        held.mark_per_call();
+    }
+    let zero_wait = req.wait == Some(Duration::ZERO);
+    // A call that may wait on a fair lock asks for direct hand-offs (PROTOCOL 8), unless the
+    // client syncs replicas after each grant: a grant made by another client's script cannot be
+    // waited for from here (`WAIT` counts this connection's writes), so such a call takes the
+    // lock by itself after a wake-up, and syncs.
+    let nonce = if spec.kind == Kind::Fair && !zero_wait && inner.config.replica_sync.is_none() {
+        next_id()
+    } else {
+        0
+    };
+    let liveness_ms = inner.config.waiter_liveness.as_millis() as i64;
     let span = tracing::debug_span!("acquire", lock = spec.name(), field = &*field);
     let mut waiter = Waiter {
         inner: inner.clone(),
@@ -165,14 +183,12 @@ async fn acquire_inner(
             spec: spec.clone(),
             field,
             lease_ms,
-            liveness_ms: inner.config.waiter_liveness.as_millis() as i64,
+            liveness_ms,
             redisson_wait_ms: inner.config.redisson_wait.as_millis() as i64,
-            mode: if req.wait == Some(Duration::ZERO) {
-                Mode::Try
-            } else {
-                Mode::Queue
-            },
+            mode: if zero_wait { Mode::Try } else { Mode::Queue },
             fenced: req.fenced,
+            nonce,
+            grant_ttl_ms: lease_ms.min(liveness_ms),
         },
         lease: req.lease,
         in_flight: None,
@@ -180,9 +196,10 @@ async fn acquire_inner(
         counted: false,
         drop_stale: false,
         subscription: None,
-        zero_wait: req.wait == Some(Duration::ZERO),
+        zero_wait,
         beat: None,
         woken_by_message: None,
+        pending: None,
     };
     async move { waiter.run(deadline).await }
         .instrument(span)
@@ -228,6 +245,9 @@ struct Waiter {
     beat: Option<Arc<WaiterBeat>>,
     /// When a message last woke us (for the hand-over metric: release seen → grant).
     woken_by_message: Option<Instant>,
+    /// Our last attempt that left us queued asking for a direct grant: when it was sent, and the
+    /// server time it ran at. A grant announced later is counted from there (`grant_start`).
+    pending: Option<(Instant, i64)>,
 }
 
 /// A run of transient errors met by one waiter.
@@ -285,7 +305,7 @@ impl Waiter {
                         let names = self.inner.config.metrics_lock_names;
                         metrics::handover(&self.args.spec, names, woken.elapsed());
                     }
-                    match self.granted(turn, sent, token).await? {
+                    match self.granted(turn, sent, token, None).await? {
                         Some(guard) => return Ok(Some(guard)),
                         // Given back: it could no longer be trusted when it reached us.
                         None if self.zero_wait => return Ok(None),
@@ -294,8 +314,13 @@ impl Waiter {
                     }
                 }
                 Attempt::Waiting { .. } if self.zero_wait => return Ok(None),
-                Attempt::Waiting { hint_ms, queued_at } => {
+                Attempt::Waiting {
+                    hint_ms,
+                    queued_at,
+                    server_ms,
+                } => {
                     drop(turn);
+                    self.pending = (server_ms > 0).then_some((sent, server_ms));
                     if let Some(position) = queued_at {
                         tracing::debug!(position, "queued");
                         let names = self.inner.config.metrics_lock_names;
@@ -344,14 +369,14 @@ impl Waiter {
                     if let Some(d) = deadline {
                         wake_at = wake_at.min(d);
                     }
-                    let notify = self
+                    let mail = self
                         .subscription
                         .as_ref()
-                        .map(|s| s.notify().clone())
+                        .map(|s| s.mail().clone())
                         .expect("subscribed above");
                     self.woken_by_message = None;
                     tokio::select! {
-                        _ = notify.notified() => {
+                        _ = mail.notify().notified() => {
                             self.woken_by_message = Some(Instant::now());
                             tracing::trace!("woken by message")
                         }
@@ -362,6 +387,16 @@ impl Waiter {
                         }
                     }
                     self.inner.check_open()?;
+                    if let Some(outcome) = self.take_up_grant(&mail, turn_deadline).await {
+                        match outcome? {
+                            Some(guard) => return Ok(Some(guard)),
+                            None if deadline.is_some_and(|d| Instant::now() >= d) => {
+                                return Ok(None)
+                            }
+                            // Given back (it could no longer be trusted): queue again.
+                            None => {}
+                        }
+                    }
                 }
             }
         }
@@ -414,7 +449,12 @@ impl Waiter {
         };
         let mut conn = self.inner.conn.clone();
         let held = self.held.clone();
-        let args = self.args.clone();
+        let mut args = self.args.clone();
+        if args.nonce != 0 && self.held.lane.with(|a| a.waiting_calls > 1) {
+            // Another call of this holder waits on the lock too and shares our entry: a grant
+            // must not name one of us, so the entry asks for none (the head is told instead).
+            args.nonce = 0;
+        }
         let sync = self.inner.config.replica_sync;
         let timeout = self.inner.config.command_timeout;
         let attempt = self.in_flight.insert(Box::pin(async move {
@@ -439,11 +479,17 @@ impl Waiter {
     /// from when the attempt was sent, has run out (our process was paused, or the reply was that
     /// slow), and no live hold of the field keeps the lock valid. Another client may hold the lock
     /// by now; a guard made from it would be valid for no time at all, so none is made.
+    ///
+    /// `granted_ttl`: for a direct grant (PROTOCOL 8), the TTL the grant gave the lock, which
+    /// may be shorter than the hold's lease (at most the liveness window). The hold is trusted for
+    /// that long from `sent` until the lock is extended to its lease, which is sent at once, in
+    /// the background ([`confirm_grant`]).
     async fn granted(
         &mut self,
         turn: FieldTurn,
         sent: Instant,
         token: Option<u64>,
+        granted_ttl: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
         if self.inner.check_open().is_err() {
             // Shutdown releases what it finds; this grant came after it looked (or while it
@@ -457,31 +503,39 @@ impl Waiter {
         }
         let held = &self.held;
         let watchdog_timeout = self.inner.config.watchdog_timeout;
+        let full = self.lease.unwrap_or(watchdog_timeout);
+        // What the lock's TTL covers now, and whether it must still be extended to the lease.
+        let (covered, confirm) = match granted_ttl {
+            Some(ttl) if ttl < full => (ttl, true),
+            _ => (full, false),
+        };
         let registered = turn.with(|a| {
-            let own = validity_deadline(sent, self.lease.unwrap_or(watchdog_timeout));
+            let own = validity_deadline(sent, covered);
             let trusted = a.validity().map_or(own, |(live, _)| live.max(own));
             if trusted <= Instant::now() {
                 return None;
             }
-            let lease = match self.lease {
+            let (lease, fixed_id) = match self.lease {
                 None => {
                     a.watchdog_guards += 1;
-                    let valid = validity_deadline(sent, watchdog_timeout);
+                    let valid = validity_deadline(sent, covered);
                     if a.watchdog_valid.is_none_or(|v| v < valid) {
                         a.watchdog_valid = Some(valid);
                     }
-                    Lease::WATCHDOG
+                    (Lease::WATCHDOG, None)
                 }
                 Some(lease) => {
                     let id = next_id();
-                    a.fixed.push(FixedHold::new(id, sent, lease));
-                    Lease::fixed(id)
+                    let mut hold = FixedHold::new(id, sent, lease);
+                    hold.valid = own;
+                    a.fixed.push(hold);
+                    (Lease::fixed(id), Some(id))
                 }
             };
             held.revalidate(a);
-            Some((a.gen, lease))
+            Some((a.gen, lease, fixed_id))
         });
-        let Some((gen, lease)) = registered else {
+        let Some((gen, lease, fixed_id)) = registered else {
             tracing::warn!(
                 since_sent = ?sent.elapsed(),
                 "a grant reached us after its lease ran out; giving it back"
@@ -499,8 +553,68 @@ impl Waiter {
             watchdog: self.lease.is_none(),
         });
         drop(turn);
+        if confirm {
+            let held = held.clone();
+            let lease = self.lease;
+            self.inner.driver.send(Work::Finish(Box::pin(confirm_grant(
+                held, sent, lease, fixed_id,
+            ))));
+        }
         tracing::debug!(waited = ?sent.elapsed(), "acquired");
         Ok(Some(guard))
+    }
+
+    /// Takes up a direct grant (PROTOCOL 8) announced in `mail` for this call, without a round
+    /// trip: the lock was granted to us by the script that freed it, and the hold joins our
+    /// field's account under the field's turn, like an attempt's grant. `None` when there is no
+    /// such grant, or it cannot be taken from the message (our field's account changed since the
+    /// attempt it answers, or an attempt's reply was lost): the caller's next attempt then finds
+    /// the hold in Redis and takes it up (`adopted`), or queues again.
+    ///
+    /// The hold is trusted from a moment that is never later than the grant: the send time of
+    /// the attempt that left us queued, moved on by the server time that passed between that
+    /// attempt and the grant, less a drift margin (`grant_start`).
+    async fn take_up_grant(
+        &mut self,
+        mail: &Mailbox,
+        turn_deadline: Option<Instant>,
+    ) -> Option<Result<Option<LockGuard>>> {
+        let grant = mail.take_grant()?;
+        if grant.nonce != self.args.nonce {
+            return None;
+        }
+        let (sent, attempt_ms) = self.pending?;
+        let entry = Lane::reserve(&self.held);
+        let turn = match turn_deadline {
+            Some(until) => tokio::time::timeout_at(until.into(), entry.turn())
+                .await
+                .ok()?,
+            None => entry.turn().await,
+        };
+        let taken = turn.with(|a| {
+            if a.pending_nonce != grant.nonce || a.count != 0 || a.dark {
+                return false;
+            }
+            a.pending_nonce = 0;
+            a.count = 1;
+            a.grants += 1;
+            true
+        });
+        if !taken {
+            tracing::debug!("a grant message no longer matches the field; checking with Redis");
+            return None;
+        }
+        self.queued = false;
+        self.pending = None;
+        if let Some(woken) = self.woken_by_message {
+            let names = self.inner.config.metrics_lock_names;
+            metrics::handover(&self.args.spec, names, woken.elapsed());
+        }
+        let start = grant_start(sent, attempt_ms, grant.server_ms, Instant::now());
+        let token = self.args.fenced.then_some(grant.token);
+        tracing::trace!(nonce = grant.nonce, "took up a direct grant");
+        let ttl = Duration::from_millis(self.args.grant_ttl_ms as u64);
+        Some(self.granted(turn, start, token, Some(ttl)).await)
     }
 
     /// Handles an error met while waiting. A transient one (see [`Error::is_transient`]) is
@@ -552,7 +666,7 @@ impl Waiter {
         let beat = Arc::new(WaiterBeat {
             spec: self.args.spec.clone(),
             field: self.args.field.clone(),
-            notify: subscription.notify().clone(),
+            mail: subscription.mail().clone(),
         });
         self.inner.driver.send(Work::Waiter(beat.clone()));
         self.beat = Some(beat);
@@ -586,12 +700,14 @@ async fn attempt_with_turn(
             a.dark = false;
             a.uncertain = 0;
             a.grants += 1;
+            a.pending_nonce = 0;
         }),
         Ok(Attempt::Waiting { .. }) => turn.with(|a| {
             // Not granted, so not re-entered: Redis has no hold of ours on the lock.
             if a.count > 0 || a.dark {
                 held.emptied(a, LostReason::Gone);
             }
+            a.pending_nonce = args.nonce;
         }),
         // The attempt may have run and its reply been lost: it may hold the lock unseen. The
         // next operation on the field compares and sets against Redis and finds out.
@@ -616,11 +732,101 @@ async fn attempt_with_turn(
                     outcome.map(|_| Attempt::Waiting {
                         hint_ms: 10,
                         queued_at: None,
+                        server_ms: 0,
                     })
                 }
             }
         }
         (attempt, _) => Ok(attempt),
+    }
+}
+
+/// Extends a lock granted directly with a TTL shorter than the hold's lease (PROTOCOL 8) to that
+/// lease, and moves the hold's validity on when it worked: a watchdog hold as a renewal does, a
+/// fixed one to its whole lease counted from `start`. If the field no longer holds the lock, or the
+/// extension fails, nothing moves: the hold stays trusted only for the TTL of the grant, and its
+/// guard is reported lost when that runs out (or at the watchdog's next renewal).
+async fn confirm_grant(
+    held: Arc<Held>,
+    start: Instant,
+    lease: Option<Duration>,
+    fixed_id: Option<u64>,
+) {
+    let timeout = held.inner.config.watchdog_timeout;
+    let mut conn = held.inner.conn.clone();
+    let sent = Instant::now();
+    let ttl = match lease {
+        None => timeout,
+        // What is left of the lease, rounded up so the lock never expires before it.
+        Some(lease) => (start + lease).saturating_duration_since(sent) + Duration::from_millis(1),
+    };
+    let outcome = ops::extend(&mut conn, &held.spec, &held.field, duration_ms_lossy(ttl)).await;
+    match outcome {
+        Ok(true) => match (lease, fixed_id) {
+            (Some(lease), Some(id)) => held.lane.with(|a| {
+                if let Some(hold) = a.fixed.iter_mut().find(|h| h.id == id) {
+                    hold.valid = validity_deadline(start, lease);
+                    held.revalidate(a);
+                }
+            }),
+            _ => held.renewed(sent, timeout),
+        },
+        Ok(false) => tracing::debug!(
+            lock = held.name(),
+            "a lock granted directly was gone before its lease was extended"
+        ),
+        Err(e) => tracing::warn!(lock = held.name(), error = %crate::error::chain(&e),
+            "could not extend a lock granted directly to its lease; it is trusted for the \
+             grant's TTL only"),
+    }
+}
+
+/// Whole milliseconds of `d`, at least 1, saturating.
+fn duration_ms_lossy(d: Duration) -> i64 {
+    (d.as_millis().min(i64::MAX as u128) as i64).max(1)
+}
+
+/// The moment a direct grant is trusted from: `sent` (the send time of the attempt that ran at
+/// server time `attempt_ms`) moved on by the server time between that attempt and the grant
+/// (`grant_ms`), less one millisecond of rounding and 0.1 % of the interval for the two clocks'
+/// drift, and never later than `now`. The attempt ran after `sent`, so this is never later than
+/// the grant while the clocks drift less than that (a server clock stepped backwards only moves
+/// it earlier).
+fn grant_start(sent: Instant, attempt_ms: i64, grant_ms: i64, now: Instant) -> Instant {
+    let between = grant_ms.saturating_sub(attempt_ms);
+    let margin = 1 + between.unsigned_abs() / 1000;
+    let shift = i128::from(between) - i128::from(margin);
+    let start = if shift >= 0 {
+        sent + Duration::from_millis(shift as u64)
+    } else {
+        sent.checked_sub(Duration::from_millis(shift.unsigned_abs() as u64))
+            .unwrap_or(sent)
+    };
+    start.min(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_is_trusted_from_no_later_than_it_was_made() {
+        let sent = Instant::now();
+        let now = sent + Duration::from_secs(100);
+        // 10 s of server time after the attempt: 10 s after the send, less 1 ms + 10 ms.
+        assert_eq!(
+            grant_start(sent, 1_000_000, 1_010_000, now),
+            sent + Duration::from_millis(10_000 - 11)
+        );
+        // Never later than now, however far the server clock jumped.
+        assert_eq!(grant_start(sent, 0, 10_000_000, now), now);
+        // A server clock stepped back: earlier than the send.
+        assert!(grant_start(sent, 5_000, 4_000, now) < sent);
+        // The same millisecond: 1 ms before the send.
+        assert_eq!(
+            grant_start(sent, 7, 7, now),
+            sent.checked_sub(Duration::from_millis(1)).unwrap_or(sent)
+        );
     }
 }
 

@@ -94,6 +94,9 @@ impl LockGuard {
 
     /// The owner field this hold is recorded under in Redis: `<client uuid>:<holder id>`.
     pub fn owner_field(&self) -> &str {
+        // Whoever has it can tell this holder from others: its id is never reused for another
+        // call (see `Inner::reuse_holder`).
+        self.held.expose();
         &self.held.field
     }
 
@@ -102,14 +105,9 @@ impl LockGuard {
     /// [`NonFairLock::with_holder`](crate::NonFairLock::with_holder)) to let other calls, in this task or
     /// others, share this hold.
     pub fn holder(&self) -> Holder {
-        let id = self
-            .held
-            .field
-            .rsplit(':')
-            .next()
-            .and_then(|id| id.parse().ok())
-            .expect("an owner field this client built ends with its holder id");
-        Holder::from_field_id(id)
+        // Whoever has it may act as this holder later: its id is never reused for another call.
+        self.held.expose();
+        Holder::from_field_id(self.held.holder_id())
     }
 
     /// How many holds this guard's holder has on the lock in this client: the live guards of

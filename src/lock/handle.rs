@@ -71,9 +71,18 @@ impl Handle {
         })
     }
 
-    /// The holder of one acquisition call: the handle's, or a fresh one.
-    fn call_holder(&self) -> i64 {
-        self.holder.unwrap_or_else(Holder::mint).id()
+    /// The holder of one acquisition call: the handle's, or one of its own (`true`): an idle one
+    /// of this client on this lock when there is one (`Inner::reuse_holder`), else a fresh one.
+    fn call_holder(&self, name: &str) -> (i64, bool) {
+        match self.holder {
+            Some(holder) => (holder.id(), false),
+            None => (
+                self.inner
+                    .reuse_holder(name)
+                    .unwrap_or_else(|| Holder::mint().id()),
+                true,
+            ),
+        }
     }
 
     pub(crate) async fn acquire(
@@ -82,8 +91,10 @@ impl Handle {
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
         let spec = self.spec()?;
+        let (holder, per_call) = self.call_holder(spec.name());
         let req = Request {
-            holder: self.call_holder(),
+            holder,
+            per_call,
             wait,
             lease,
             fenced: self.fenced,

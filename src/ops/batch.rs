@@ -154,13 +154,15 @@ pub(crate) async fn heartbeat(
         let mut conn = conn.clone();
         let mut pipe = Pipeline::with_capacity(group.len().div_ceil(batch));
         for chunk in group.chunks(batch) {
-            let mut cmd = evalsha(&scripts::FAIR_HEARTBEAT, 4 * chunk.len());
+            let mut cmd = evalsha(&scripts::FAIR_HEARTBEAT, 6 * chunk.len());
             for &i in chunk {
                 let k = &items[i].0.keys;
                 cmd.arg(k.name())
                     .arg(k.queue())
                     .arg(k.deadlines())
-                    .arg(k.liveness());
+                    .arg(k.liveness())
+                    .arg(k.grants())
+                    .arg(k.token());
             }
             cmd.arg(liveness_ms).arg(publish).arg(redisson_wait_ms);
             for &i in chunk {

@@ -48,9 +48,12 @@ pub(crate) enum Attempt {
     },
     /// Not taken. `hint_ms`: how long nothing will change unannounced (-1: until told).
     /// `queued_at`: our place in the fair queue when this attempt joined it at the tail.
+    /// `server_ms`: the server time the attempt ran at (0 when the script did not say: a try or
+    /// a non-fair lock).
     Waiting {
         hint_ms: i64,
         queued_at: Option<u64>,
+        server_ms: i64,
     },
 }
 
@@ -106,6 +109,10 @@ pub(crate) struct AcquireArgs {
     pub(crate) redisson_wait_ms: i64,
     pub(crate) mode: Mode,
     pub(crate) fenced: bool,
+    /// The call's nonce when it takes a direct hand-off of a fair lock (PROTOCOL 8), 0 when not.
+    pub(crate) nonce: u64,
+    /// The TTL a direct grant gives the lock: `lease_ms`, at most `liveness_ms`.
+    pub(crate) grant_ttl_ms: i64,
 }
 
 /// Runs one acquire attempt; `expected` is the hold count we believe Redis has for the field.
@@ -128,6 +135,7 @@ pub(crate) async fn acquire(
                 .key(keys.deadlines())
                 .key(keys.liveness())
                 .key(keys.token())
+                .key(keys.grants())
                 .arg(args.lease_ms)
                 .arg(&*args.field)
                 .arg(expected)
@@ -138,6 +146,12 @@ pub(crate) async fn acquire(
                 .arg(args.liveness_ms)
                 .arg(args.redisson_wait_ms)
                 .arg(if drop_stale { "1" } else { "0" })
+                .arg(if args.nonce == 0 {
+                    String::new()
+                } else {
+                    args.nonce.to_string()
+                })
+                .arg(args.grant_ttl_ms)
                 .invoke_async(conn)
                 .await?
         }
@@ -159,9 +173,15 @@ pub(crate) async fn acquire(
             adopted: *code == 2,
             token: args.fenced.then_some((*token).max(0) as u64),
         }),
+        [0, position, hint, server_ms] => Ok(Attempt::Waiting {
+            hint_ms: *hint,
+            queued_at: (*position > 0).then_some(*position as u64),
+            server_ms: *server_ms,
+        }),
         [0, position, hint] => Ok(Attempt::Waiting {
             hint_ms: *hint,
             queued_at: (*position > 0).then_some(*position as u64),
+            server_ms: 0,
         }),
         _ => Err(Error::bad_reply("acquire", reply)),
     }
@@ -182,7 +202,9 @@ pub(crate) async fn unlock(
             let mut i = scripts::FAIR_UNLOCK.key(keys.name());
             i.key(keys.queue())
                 .key(keys.deadlines())
-                .key(keys.liveness());
+                .key(keys.liveness())
+                .key(keys.grants())
+                .key(keys.token());
             i
         }
         Kind::NonFair => scripts::LOCK_UNLOCK.key(keys.name()),
@@ -207,22 +229,48 @@ pub(crate) async fn unlock(
     }
 }
 
-/// Removes a fair waiter from the queue and wakes the next head of a free lock. Returns whether
-/// the waiter was still queued.
-pub(crate) async fn give_up(conn: &mut Conn, spec: &LockSpec, field: &str) -> Result<bool> {
+/// What a give-up found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GaveUp {
+    /// The waiter was queued and is now removed.
+    Left,
+    /// The waiter was not queued (any more).
+    NotQueued,
+    /// The lock had been handed to the waiter directly (PROTOCOL 8) while it gave up: that hold
+    /// was given back and the lock handed on.
+    GrantReturned,
+}
+
+/// Removes a fair waiter from the queue and hands a free lock on to the next head; gives back a
+/// hold handed to the waiter directly while it gave up (`expected`: the hold count the client
+/// believes Redis has for the field).
+pub(crate) async fn give_up(
+    conn: &mut Conn,
+    spec: &LockSpec,
+    field: &str,
+    expected: u64,
+) -> Result<GaveUp> {
     let keys = &spec.keys;
     let publish = conn.publish_command();
-    let removed: i64 = scripts::FAIR_GIVE_UP
+    let code: i64 = scripts::FAIR_GIVE_UP
         .key(keys.name())
         .key(keys.queue())
         .key(keys.deadlines())
         .key(keys.liveness())
+        .key(keys.grants())
+        .key(keys.token())
         .arg(field)
         .arg(publish)
         .arg(keys.channel())
+        .arg(expected)
         .invoke_async(conn)
         .await?;
-    Ok(removed == 1)
+    match code {
+        1 => Ok(GaveUp::Left),
+        0 => Ok(GaveUp::NotQueued),
+        2 => Ok(GaveUp::GrantReturned),
+        other => Err(Error::bad_reply("give_up", vec![other])),
+    }
 }
 
 /// Makes the lock live at least `ttl_ms` from now while `field` holds it (the watchdog's renewal
@@ -257,6 +305,8 @@ pub(crate) async fn force_unlock(conn: &mut Conn, spec: &LockSpec) -> Result<boo
                 .key(keys.queue())
                 .key(keys.deadlines())
                 .key(keys.liveness())
+                .key(keys.grants())
+                .key(keys.token())
                 .arg(publish)
                 .arg(keys.channel())
                 .invoke_async(conn)

@@ -1,9 +1,11 @@
 //! The client's one pub/sub connection, carrying every channel its waiters listen on.
 //!
-//! Waiters register a channel and get a [`Subscription`] whose `Notify` is poked (`notify_one`) for
-//! every message on that channel. Messages are hints, never the truth: a waiter always re-runs its
-//! acquire script after a wake-up, so a spurious wake costs one round trip and a lost one costs
-//! latency, never correctness.
+//! Waiters register a channel and get a [`Subscription`] whose [`Mailbox`] is poked (`notify_one`)
+//! for every message on that channel. Messages are hints, never the truth on their own: a waiter
+//! re-runs its acquire script after a wake-up, so a spurious wake costs one round trip and a lost
+//! one costs latency, never correctness. The one message a waiter acts on without a round trip is
+//! a direct grant (PROTOCOL 8), which the mailbox keeps for it: the waiter checks it against what
+//! its own last attempt asked for, under its field's turn (`lock/acquire.rs`).
 //!
 //! A channel nobody waits on any more stays subscribed for a short linger period: a holder that
 //! waits again soon (a busy lock, a retry loop) re-takes its live channel without a round trip, and
@@ -29,6 +31,8 @@ mod transport;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::sync::Mutex;
+
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::conn::PubSubLink;
@@ -49,6 +53,65 @@ pub enum SubscriberState {
     /// Calls wait and the connection is down; the client reconnects with backoff. Waiters still
     /// make progress (they re-check at their own deadlines and after the reconnect), only later.
     Reconnecting,
+}
+
+/// A direct grant announced on a waiter's channel (PROTOCOL 8):
+/// `fairlock:grant:<nonce>:<server ms>:<token>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// The nonce of the call the grant is for.
+    pub(crate) nonce: u64,
+    /// The server time of the grant (Unix epoch ms).
+    pub(crate) server_ms: i64,
+    /// The fencing token (0 when the call asked for none).
+    pub(crate) token: u64,
+}
+
+impl Grant {
+    /// Reads a grant payload; `None` for any other message (`0`, Redisson's payloads).
+    pub(crate) fn parse(payload: &[u8]) -> Option<Grant> {
+        let text = std::str::from_utf8(payload).ok()?;
+        let mut parts = text.strip_prefix("fairlock:grant:")?.split(':');
+        let grant = Grant {
+            nonce: parts.next()?.parse().ok()?,
+            server_ms: parts.next()?.parse().ok()?,
+            token: parts.next()?.parse().ok()?,
+        };
+        (parts.next().is_none() && grant.nonce != 0).then_some(grant)
+    }
+}
+
+/// What the waiters of one channel are woken through: a `Notify` poked once per message, and the
+/// last direct grant announced on the channel, kept until a waiter takes it.
+#[derive(Debug, Default)]
+pub(crate) struct Mailbox {
+    notify: Notify,
+    grant: Mutex<Option<Grant>>,
+}
+
+impl Mailbox {
+    /// Poked once per message on the channel (a permit is stored when nobody is waiting).
+    pub(crate) fn notify(&self) -> &Notify {
+        &self.notify
+    }
+
+    /// Wakes one waiter without a message (a heartbeat's finding, a reconnect).
+    pub(crate) fn wake(&self) {
+        self.notify.notify_one();
+    }
+
+    /// A message arrived: keeps it when it is a grant, then wakes one waiter.
+    fn post(&self, payload: &[u8]) {
+        if let Some(grant) = Grant::parse(payload) {
+            *self.grant.lock().unwrap_or_else(|p| p.into_inner()) = Some(grant);
+        }
+        self.notify.notify_one();
+    }
+
+    /// Takes the grant announced last, if any.
+    pub(crate) fn take_grant(&self) -> Option<Grant> {
+        self.grant.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
 }
 
 /// Handle on the client's subscriber task.
@@ -96,11 +159,11 @@ impl Subscriber {
     /// will reach the returned subscription (or, while disconnected, once the reconnect is sure to
     /// wake it).
     pub(crate) async fn subscribe(&self, channel: String) -> Result<Subscription> {
-        let (notify, live) = self.registry.take(&channel);
+        let (mail, live) = self.registry.take(&channel);
         // From here on the subscription exists, so a dropped future unregisters through Drop.
         let subscription = Subscription {
             channel,
-            notify,
+            mail,
             registry: self.registry.clone(),
             tx: self.tx.clone(),
         };
@@ -118,10 +181,10 @@ impl Subscriber {
     /// The subscription to `channel` when it is live already (lingering from an earlier wait):
     /// no round trip, and a message published from now on reaches it.
     pub(crate) fn subscribe_if_live(&self, channel: &str) -> Option<Subscription> {
-        let notify = self.registry.take_if_live(channel)?;
+        let mail = self.registry.take_if_live(channel)?;
         Some(Subscription {
             channel: channel.to_owned(),
-            notify,
+            mail,
             registry: self.registry.clone(),
             tx: self.tx.clone(),
         })
@@ -153,15 +216,15 @@ impl Subscriber {
 #[derive(Debug)]
 pub(crate) struct Subscription {
     channel: String,
-    notify: Arc<Notify>,
+    mail: Arc<Mailbox>,
     registry: Arc<Registry>,
     tx: mpsc::UnboundedSender<Request>,
 }
 
 impl Subscription {
-    /// Poked once per message on the channel (a permit is stored when nobody is waiting).
-    pub(crate) fn notify(&self) -> &Arc<Notify> {
-        &self.notify
+    /// The channel's mailbox (shared by every user of the channel).
+    pub(crate) fn mail(&self) -> &Arc<Mailbox> {
+        &self.mail
     }
 }
 
@@ -170,6 +233,35 @@ impl Drop for Subscription {
         if self.registry.release(&self.channel, Instant::now()) {
             // No I/O here; this only makes the task schedule its sweep.
             let _ = self.tx.send(Request::Sync(None));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Grant;
+
+    #[test]
+    fn grants_are_read_and_anything_else_is_not_one() {
+        assert_eq!(
+            Grant::parse(b"fairlock:grant:42:1732550000123:7"),
+            Some(Grant {
+                nonce: 42,
+                server_ms: 1_732_550_000_123,
+                token: 7
+            })
+        );
+        for other in [
+            &b"0"[..],
+            b"1",
+            b"fairlock:grant:",
+            b"fairlock:grant:0:1:0",
+            b"fairlock:grant:1:2",
+            b"fairlock:grant:1:2:3:4",
+            b"fairlock:grant:x:2:3",
+            b"\xff",
+        ] {
+            assert_eq!(Grant::parse(other), None, "{other:?}");
         }
     }
 }

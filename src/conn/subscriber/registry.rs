@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
+use super::Mailbox;
 
 /// How long an unused channel stays subscribed.
 pub(super) const LINGER: Duration = Duration::from_secs(3);
@@ -36,7 +36,7 @@ struct State {
 #[derive(Debug)]
 struct Slot {
     refs: usize,
-    notify: Arc<Notify>,
+    mail: Arc<Mailbox>,
     /// Confirmed subscribed on the current connection.
     live: bool,
     /// When the last user left (the slot lingers until `LINGER` after this).
@@ -57,11 +57,12 @@ impl Registry {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Wakes one waiter of `channel`; `false` when nobody wants it.
-    pub(super) fn notify(&self, channel: &str) -> bool {
+    /// Delivers a message with `payload` on `channel` (a grant is kept for its waiter, see
+    /// [`Mailbox`]) and wakes one waiter; `false` when nobody wants the channel.
+    pub(super) fn notify(&self, channel: &str, payload: &[u8]) -> bool {
         match self.lock().channels.get(channel) {
             Some(slot) => {
-                slot.notify.notify_one();
+                slot.mail.post(payload);
                 true
             }
             None => false,
@@ -71,7 +72,7 @@ impl Registry {
     /// Wakes one waiter of every channel (after a reconnect, when messages may have been lost).
     pub(super) fn wake_all(&self) {
         for slot in self.lock().channels.values() {
-            slot.notify.notify_one();
+            slot.mail.wake();
         }
     }
 
@@ -85,10 +86,11 @@ impl Registry {
         self.lock().channels.contains_key(channel)
     }
 
-    /// Takes one more reference on `channel`, creating its slot if needed. Returns the notify and
+    /// Takes one more reference on `channel`, creating its slot if needed. Returns the mailbox and
     /// whether the channel is already live (no round trip needed). A slot taken back from
-    /// lingering gets a fresh `Notify`, so a stale wake-up stored for its previous user is dropped.
-    pub(super) fn take(&self, channel: &str) -> (Arc<Notify>, bool) {
+    /// lingering gets a fresh mailbox, so a stale wake-up or grant stored for its previous user is
+    /// dropped.
+    pub(super) fn take(&self, channel: &str) -> (Arc<Mailbox>, bool) {
         let mut state = self.lock();
         let state = &mut *state;
         let slot = match state.channels.get_mut(channel) {
@@ -97,22 +99,22 @@ impl Registry {
                 state.dirty.push(channel.to_owned());
                 state.channels.entry(channel.to_owned()).or_insert(Slot {
                     refs: 0,
-                    notify: Arc::new(Notify::new()),
+                    mail: Arc::new(Mailbox::default()),
                     live: false,
                     idle_since: None,
                 })
             }
         };
         if slot.refs == 0 && slot.idle_since.take().is_some() {
-            slot.notify = Arc::new(Notify::new());
+            slot.mail = Arc::new(Mailbox::default());
         }
         slot.refs += 1;
-        (slot.notify.clone(), slot.live)
+        (slot.mail.clone(), slot.live)
     }
 
     /// Takes a reference on `channel` only if it is live already (lingering from an earlier
     /// wait), in one step, so a disconnect cannot slip between the check and the take.
-    pub(super) fn take_if_live(&self, channel: &str) -> Option<Arc<Notify>> {
+    pub(super) fn take_if_live(&self, channel: &str) -> Option<Arc<Mailbox>> {
         if !self.lock().channels.get(channel).is_some_and(|s| s.live) {
             return None;
         }
@@ -171,7 +173,7 @@ impl Registry {
         let mut state = self.lock();
         if let Some(slot) = state.channels.get_mut(channel) {
             slot.live = false;
-            slot.notify.notify_one();
+            slot.mail.wake();
         }
         state.dirty.push(channel.to_owned());
     }
@@ -269,14 +271,18 @@ mod tests {
         let r = Registry::default();
         let (old, _) = r.take("a");
         r.set_live(&["a".into()]);
-        // A message for the old user arrives after it stopped waiting: a permit is stored.
-        assert!(r.notify("a"));
+        // A message for the old user arrives after it stopped waiting: a permit and a grant are
+        // stored.
+        assert!(r.notify("a", b"fairlock:grant:7:1000:0"));
+        assert!(old.take_grant().is_some());
+        assert!(r.notify("a", b"fairlock:grant:7:1000:0"));
         r.release("a", Instant::now());
         let fresh = r.take_if_live("a").expect("live and lingering");
         assert!(
             !Arc::ptr_eq(&old, &fresh),
             "the stale permit must not reach the new user"
         );
+        assert_eq!(fresh.take_grant(), None, "nor the stale grant");
         // Taking it back does not ask for a new subscription.
         assert_eq!(r.take_changes(&subscribed(&["a"])), Changes::default());
         assert!(r.sweep(Instant::now() + LINGER * 2).is_none());
@@ -319,7 +325,7 @@ mod tests {
         r.set_live(&["a".into()]);
         r.dropped_by_server("a");
         // The waiter's wake-up is stored for it.
-        let woken = notify.notified();
+        let woken = notify.notify().notified();
         tokio::pin!(woken);
         assert!(woken.as_mut().enable(), "a permit was stored");
         // The task must subscribe it again though its old confirmation is gone.

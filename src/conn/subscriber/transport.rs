@@ -109,7 +109,7 @@ pub(super) async fn open_classic(
             match push.kind {
                 PushKind::Message => {
                     if let Some(channel) = push_channel(&push) {
-                        if !registry.notify(&channel) {
+                        if !registry.notify(&channel, push_payload(&push)) {
                             tracing::trace!(channel, "message on a channel nobody waits on");
                         }
                     }
@@ -185,6 +185,15 @@ pub(super) async fn follow_master(
 }
 
 /// The channel a push message is about (its first element).
+/// The payload of a message push (`[channel, payload]`); empty when it has none.
+fn push_payload(push: &PushInfo) -> &[u8] {
+    match push.data.get(1) {
+        Some(Value::BulkString(bytes)) => bytes,
+        Some(Value::SimpleString(s)) => s.as_bytes(),
+        _ => &[],
+    }
+}
+
 fn push_channel(push: &PushInfo) -> Option<String> {
     match push.data.first()? {
         Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
@@ -207,7 +216,7 @@ pub(super) async fn read_pushes(
         match push.kind {
             PushKind::Message | PushKind::SMessage => {
                 if let Some(channel) = push_channel(&push) {
-                    if !registry.notify(&channel) {
+                    if !registry.notify(&channel, push_payload(&push)) {
                         tracing::trace!(channel, "message on a channel nobody waits on");
                     }
                 }

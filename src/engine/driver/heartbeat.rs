@@ -13,7 +13,7 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 
 use super::work::Work;
 use crate::conn::Conn;
@@ -27,7 +27,7 @@ pub(crate) struct WaiterBeat {
     pub(crate) spec: Arc<LockSpec>,
     pub(crate) field: Arc<str>,
     /// The waiter's wake-up (shared with its subscription).
-    pub(crate) notify: Arc<Notify>,
+    pub(crate) mail: Arc<crate::conn::subscriber::Mailbox>,
 }
 
 /// How often a waiter's deadline is refreshed.
@@ -77,7 +77,7 @@ pub(super) fn on_beaten(waiters: &[Weak<WaiterBeat>], result: Result<Vec<Beat>>)
                         ?beat,
                         "heartbeat wakes waiter"
                     );
-                    w.notify.notify_one();
+                    w.mail.wake();
                 }
             }
         }

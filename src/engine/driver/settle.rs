@@ -39,15 +39,28 @@ pub(super) fn abandoned_in_background(attempt: AttemptFuture, held: Arc<Held>, a
     });
 }
 
-/// Takes a waiter that stopped waiting out of its queue (the caller holds the field's turn).
+/// Takes a waiter that stopped waiting out of its queue, and gives back a hold handed to it
+/// directly meanwhile (the caller holds the field's turn). A grant announced for the waiter can no
+/// longer be taken up from here on (`pending_nonce` is cleared before the give-up is sent); if
+/// the give-up's reply is lost, Redis may still have that hold: the field is marked dark, so the
+/// next operation on it counts against Redis first (and the field is not reused meanwhile).
 pub(crate) async fn give_up_logged(held: &Held, spec: &LockSpec, field: &str) {
+    let expected = held.lane.with(|a| {
+        a.pending_nonce = 0;
+        a.count
+    });
     let mut conn = held.inner.conn.clone();
-    let outcome = ops::give_up(&mut conn, spec, field).await;
+    let outcome = ops::give_up(&mut conn, spec, field, expected).await;
     match outcome {
-        Ok(removed) => tracing::debug!(lock = spec.name(), field, removed, "gave up waiting"),
-        Err(e) => tracing::warn!(lock = spec.name(), field, error = %crate::error::chain(&e),
+        Ok(outcome) => tracing::debug!(lock = spec.name(), field, ?outcome, "gave up waiting"),
+        Err(e) => {
+            if e.is_ambiguous() {
+                held.lane.with(|a| a.dark = true);
+            }
+            tracing::warn!(lock = spec.name(), field, error = %crate::error::chain(&e),
             "give-up failed; the waiter is purged when its liveness window lapses, or by this \
-             holder's next attempt"),
+             holder's next attempt")
+        }
     }
 }
 
@@ -96,6 +109,8 @@ mod tests {
             redisson_wait_ms: 300_000,
             mode,
             fenced: false,
+            nonce: 0,
+            grant_ttl_ms: 1000,
         }
     }
 
@@ -128,6 +143,7 @@ mod tests {
         let waiting = Ok(Attempt::Waiting {
             hint_ms: 5,
             queued_at: None,
+            server_ms: 0,
         });
         assert!(plan(&waiting, &args(Kind::Fair, Mode::Queue)).give_up);
         assert!(plan(&waiting, &args(Kind::Fair, Mode::Requeue)).give_up);
