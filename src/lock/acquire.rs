@@ -805,31 +805,6 @@ fn grant_start(sent: Instant, attempt_ms: i64, grant_ms: i64, now: Instant) -> I
     start.min(now)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_grant_is_trusted_from_no_later_than_it_was_made() {
-        let sent = Instant::now();
-        let now = sent + Duration::from_secs(100);
-        // 10 s of server time after the attempt: 10 s after the send, less 1 ms + 10 ms.
-        assert_eq!(
-            grant_start(sent, 1_000_000, 1_010_000, now),
-            sent + Duration::from_millis(10_000 - 11)
-        );
-        // Never later than now, however far the server clock jumped.
-        assert_eq!(grant_start(sent, 0, 10_000_000, now), now);
-        // A server clock stepped back: earlier than the send.
-        assert!(grant_start(sent, 5_000, 4_000, now) < sent);
-        // The same millisecond: 1 ms before the send.
-        assert_eq!(
-            grant_start(sent, 7, 7, now),
-            sent.checked_sub(Duration::from_millis(1)).unwrap_or(sent)
-        );
-    }
-}
-
 impl Drop for Waiter {
     fn drop(&mut self) {
         // (Waiters of a non-fair lock share one channel, and each message wakes one of them. A
@@ -865,5 +840,30 @@ impl Drop for Waiter {
                 })));
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_is_trusted_from_no_later_than_it_was_made() {
+        let sent = Instant::now();
+        let now = sent + Duration::from_secs(100);
+        // 10 s of server time after the attempt: 10 s after the send, less 1 ms + 10 ms.
+        assert_eq!(
+            grant_start(sent, 1_000_000, 1_010_000, now),
+            sent + Duration::from_millis(10_000 - 11)
+        );
+        // Never later than now, however far the server clock jumped.
+        assert_eq!(grant_start(sent, 0, 10_000_000, now), now);
+        // A server clock stepped back: earlier than the send.
+        assert!(grant_start(sent, 5_000, 4_000, now) < sent);
+        // The same millisecond: 1 ms before the send.
+        assert_eq!(
+            grant_start(sent, 7, 7, now),
+            sent.checked_sub(Duration::from_millis(1)).unwrap_or(sent)
+        );
     }
 }
