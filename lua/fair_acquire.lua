@@ -55,7 +55,8 @@ end
 
 -- 0. The uncontended path: no lock and nobody queued (one EXISTS for both keys). Nothing else
 -- below can apply: no hold of ours to count, no entry of ours to drop, re-queue or refresh.
-if redis.call('EXISTS', name, queue) == 0 then
+local found = redis.call('EXISTS', name, queue)
+if found == 0 then
   redis.call('HSET', name, field, 1)
   redis.call('PEXPIRE', name, lease)
   return granted(1)
@@ -63,7 +64,8 @@ end
 
 local purged, head = purge_stale_head(queue, deadlines, liveness, grants)
 -- Our hold count: a lock that does not exist holds nothing (no read needed on the free path).
-local exists = redis.call('EXISTS', name) == 1
+-- Both keys found above: the lock exists (a purge removes nothing but queue entries).
+local exists = found == 2 or redis.call('EXISTS', name) == 1
 local held = exists and (tonumber(redis.call('HGET', name, field)) or 0) or 0
 
 -- Sets the TTL to the lease unless the lock already lives longer (another hold of ours needs it).
@@ -154,11 +156,14 @@ end
 -- The head watches the lock's TTL (nobody announces an expiry). The waiter right behind the head
 -- watches the head's deadline, so a head whose process died is purged the moment it lapses.
 -- Everyone else is told by a message or by its heartbeat when its turn comes.
-local function hint()
+local function hint(second)
   if head == field or (mode == 'try' and not head) then
     return redis.call('PTTL', name)
   end
-  if head and redis.call('LINDEX', queue, 1) == field then
+  if second == nil then
+    second = head and redis.call('LINDEX', queue, 1) == field
+  end
+  if second then
     local until_ms = deadline_of(deadlines, liveness, head)
     if until_ms then
       return math.max(0, until_ms - server_now_ms())
@@ -197,4 +202,4 @@ redis.call('ZADD', deadlines, deadline, field)
 if not head then
   head = field
 end
-return {0, position, hint(), server_now_ms()}
+return {0, position, hint(position == 2), server_now_ms()}

@@ -54,10 +54,13 @@ end
 -- proportional to the number of dead waiters removed, not to the queue length.
 -- Returns the number of waiters removed, the live head left (nil when the queue is empty) and
 -- whether that head is a fairlock waiter (has a mark in L).
-local function purge_stale_head(queue, deadlines, liveness, grants)
+--
+-- `first`, when given, is the head the caller has just read (LINDEX Q 0), so it is not read again.
+local function purge_stale_head(queue, deadlines, liveness, grants, first)
   local removed = 0
   while true do
-    local head = redis.call('LINDEX', queue, 0)
+    local head = first or redis.call('LINDEX', queue, 0)
+    first = nil
     if not head then
       if removed > 0 then
         redis.call('DEL', liveness, grants)
@@ -294,9 +297,12 @@ end
 --
 -- With nobody queued, L and G can hold only tombstones and stale requests (or marks a Redisson
 -- purge left), which mean nothing for an empty queue (the tail is the head): they go, so a lock
--- that falls idle leaves nothing of ours behind for its TTL.
-local function pass_on(k, publish_cmd, channel_prefix)
-  local _, head, ours = purge_stale_head(k.queue, k.deadlines, k.liveness, k.grants)
+-- that falls idle leaves nothing of ours behind for its TTL. (A grant to the last waiter needs no
+-- such step: removing the only member of L and G deletes them.)
+--
+-- `first`: the head, when the caller has just read it.
+local function pass_on(k, publish_cmd, channel_prefix, first)
+  local _, head, ours = purge_stale_head(k.queue, k.deadlines, k.liveness, k.grants, first)
   if not head then
     redis.call('DEL', k.liveness, k.grants)
     return nil
@@ -312,12 +318,8 @@ local function pass_on(k, publish_cmd, channel_prefix)
   end
   redis.call('LPOP', k.queue)
   redis.call('ZREM', k.deadlines, head)
-  if redis.call('LLEN', k.queue) == 0 then
-    redis.call('DEL', k.liveness, k.grants)
-  else
-    redis.call('ZREM', k.liveness, head)
-    redis.call('HDEL', k.grants, head)
-  end
+  redis.call('ZREM', k.liveness, head)
+  redis.call('HDEL', k.grants, head)
   redis.call('HSET', k.name, head, 1)
   redis.call('PEXPIRE', k.name, tonumber(ttl))
   local token = 0

@@ -49,10 +49,11 @@ if held > by then
   return {0, held - by}
 end
 -- The uncontended path: nobody queued, so the lock and whatever L and G still hold go in one DEL.
-if redis.call('LINDEX', k.queue, 0) == false then
+local head = redis.call('LINDEX', k.queue, 0)
+if head == false then
   redis.call('DEL', k.name, k.liveness, k.grants)
   return {1, 0}
 end
 redis.call('DEL', k.name)
-pass_on(k, publish_cmd, channel_prefix)
+pass_on(k, publish_cmd, channel_prefix, head)
 return {1, 0}

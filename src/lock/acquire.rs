@@ -482,8 +482,8 @@ impl Waiter {
     ///
     /// `granted_ttl`: for a direct grant (PROTOCOL 8), the TTL the grant gave the lock, which
     /// may be shorter than the hold's lease (at most the liveness window). The hold is trusted for
-    /// that long from `sent` until the lock is extended to its lease, which is sent at once, in
-    /// the background ([`confirm_grant`]).
+    /// that long from `sent` until the lock is extended to its lease, which is done in the
+    /// background a third of that TTL in, if the hold still lives then ([`confirm_grant`]).
     async fn granted(
         &mut self,
         turn: FieldTurn,
@@ -554,11 +554,18 @@ impl Waiter {
         });
         drop(turn);
         if confirm {
-            let held = held.clone();
+            // A third of the grant's TTL in, as the watchdog renews a third of its timeout in:
+            // a hold released sooner (the common case under contention) costs nothing more, and
+            // the field is not kept alive meanwhile.
+            let weak = Arc::downgrade(held);
             let lease = self.lease;
-            self.inner.driver.send(Work::Finish(Box::pin(confirm_grant(
-                held, sent, lease, fixed_id,
-            ))));
+            let at = sent + covered / 3;
+            self.inner.driver.send(Work::Finish(Box::pin(async move {
+                tokio::time::sleep_until(at.into()).await;
+                if let Some(held) = weak.upgrade() {
+                    confirm_grant(held, sent, lease, fixed_id).await;
+                }
+            })));
         }
         tracing::debug!(waited = ?sent.elapsed(), "acquired");
         Ok(Some(guard))

@@ -92,7 +92,10 @@ pub(super) async fn open_classic(
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(connect_timeout))
         .set_response_timeout(Some(command_timeout))
-        .set_push_sender(push_tx);
+        .set_push_sender(Deliver {
+            registry: registry.clone(),
+            rest: push_tx,
+        });
     let opened = tokio::time::timeout(
         connect_timeout,
         client.get_multiplexed_async_connection_with_config(&config),
@@ -107,13 +110,7 @@ pub(super) async fn open_classic(
     let reader = tokio::spawn(async move {
         while let Some(push) = pushes.recv().await {
             match push.kind {
-                PushKind::Message => {
-                    if let Some(channel) = push_channel(&push) {
-                        if !registry.notify(&channel, push_payload(&push)) {
-                            tracing::trace!(channel, "message on a channel nobody waits on");
-                        }
-                    }
-                }
+                // (Messages are delivered by `Deliver` itself.)
                 PushKind::Disconnection => break,
                 _ => {}
             }
@@ -185,6 +182,29 @@ pub(super) async fn follow_master(
 }
 
 /// The channel a push message is about (its first element).
+/// The push sender of a classic subscription connection: a message is delivered to its channel's
+/// mailbox right where the connection reads it (no task in between: a direct grant reaches its
+/// waiter one wake-up after the bytes arrive); every other push goes to the connection's reader
+/// task.
+struct Deliver {
+    registry: Arc<Registry>,
+    rest: mpsc::UnboundedSender<PushInfo>,
+}
+
+impl redis::aio::AsyncPushSender for Deliver {
+    fn send(&self, push: PushInfo) -> Result<(), redis::aio::SendError> {
+        if push.kind == PushKind::Message {
+            if let Some(channel) = push_channel(&push) {
+                if !self.registry.notify(&channel, push_payload(&push)) {
+                    tracing::trace!(channel, "message on a channel nobody waits on");
+                }
+            }
+            return Ok(());
+        }
+        self.rest.send(push).map_err(|_| redis::aio::SendError)
+    }
+}
+
 /// The payload of a message push (`[channel, payload]`); empty when it has none.
 fn push_payload(push: &PushInfo) -> &[u8] {
     match push.data.get(1) {
