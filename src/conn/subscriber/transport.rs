@@ -109,10 +109,9 @@ pub(super) async fn open_classic(
     crate::conn::names::name_connection(&mut conn, name).await;
     let reader = tokio::spawn(async move {
         while let Some(push) = pushes.recv().await {
-            match push.kind {
-                // (Messages are delivered by `Deliver` itself.)
-                PushKind::Disconnection => break,
-                _ => {}
+            // (Messages are delivered by `Deliver` itself.)
+            if push.kind == PushKind::Disconnection {
+                break;
             }
         }
         if let Some(tx) = tx.upgrade() {
