@@ -62,6 +62,9 @@ if found == 0 then
   return granted(1)
 end
 
+-- Everything above runs before the shared prologue's helpers are even defined (src/scripts.rs
+-- puts the prologue at the marker below), so the uncontended path pays for none of them.
+-- @prologue
 local purged, head = purge_stale_head(queue, deadlines, liveness, grants)
 -- Our hold count: a lock that does not exist holds nothing (no read needed on the free path).
 -- Both keys found above: the lock exists (a purge removes nothing but queue entries).

@@ -27,33 +27,40 @@ local dark, remaining_ttl = ARGV[4] == '1', tonumber(ARGV[5])
 local publish_cmd, channel_prefix = ARGV[6], ARGV[7]
 
 local held = tonumber(redis.call('HGET', k.name, field)) or 0
+-- The reply once the lock is handed on (below the prologue), and the head if already read.
+local outcome, head
 if held == 0 then
-  if redis.call('EXISTS', k.name) == 0 then
-    pass_on(k, publish_cmd, channel_prefix)
-    return {2, 0}
+  if redis.call('EXISTS', k.name) == 1 then
+    return {-1, 0}
   end
-  return {-1, 0}
-end
-if held ~= expected then
-  if dark and held == expected + 1 then
-    by = by + 1
-  else
-    return {3, held}
+  outcome = {2, 0}
+else
+  if held ~= expected then
+    if dark and held == expected + 1 then
+      by = by + 1
+    else
+      return {3, held}
+    end
   end
-end
-if held > by then
-  redis.call('HINCRBY', k.name, field, -by)
-  if remaining_ttl > 0 then
-    redis.call('PEXPIRE', k.name, remaining_ttl)
+  if held > by then
+    redis.call('HINCRBY', k.name, field, -by)
+    if remaining_ttl > 0 then
+      redis.call('PEXPIRE', k.name, remaining_ttl)
+    end
+    return {0, held - by}
   end
-  return {0, held - by}
+  -- The uncontended path: nobody queued, so the lock and whatever L and G still hold go in one
+  -- DEL.
+  head = redis.call('LINDEX', k.queue, 0)
+  if head == false then
+    redis.call('DEL', k.name, k.liveness, k.grants)
+    return {1, 0}
+  end
+  redis.call('DEL', k.name)
+  outcome = {1, 0}
 end
--- The uncontended path: nobody queued, so the lock and whatever L and G still hold go in one DEL.
-local head = redis.call('LINDEX', k.queue, 0)
-if head == false then
-  redis.call('DEL', k.name, k.liveness, k.grants)
-  return {1, 0}
-end
-redis.call('DEL', k.name)
-pass_on(k, publish_cmd, channel_prefix, head)
-return {1, 0}
+-- Everything above runs before the shared prologue's helpers are even defined (src/scripts.rs
+-- puts the prologue at the marker below): only a hand-over needs them.
+-- @prologue
+pass_on(k, publish_cmd, channel_prefix, head or nil)
+return outcome

@@ -11,21 +11,26 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Joins the shared fair-lock prologue in front of a fair script at compile time.
-macro_rules! fair_script {
-    ($file:literal) => {
-        concat!(
-            include_str!("../lua/fair_prologue.lua"),
-            "\n",
-            include_str!(concat!("../lua/", $file))
-        )
-    };
+/// The shared fair-lock prologue (`lua/fair_prologue.lua`): local helpers only.
+const FAIR_PROLOGUE: &str = include_str!("../lua/fair_prologue.lua");
+
+/// The line in a fair script where the prologue goes; a script without it gets the prologue in
+/// front. What a script does above the marker (its cheapest paths) runs without defining any of
+/// the prologue's helpers.
+const PROLOGUE_MARKER: &str = "-- @prologue\n";
+
+/// A fair script's source with the prologue joined in at its marker (or in front).
+fn with_prologue(file: &str) -> String {
+    match file.split_once(PROLOGUE_MARKER) {
+        Some((before, after)) => format!("{before}{FAIR_PROLOGUE}\n{after}"),
+        None => format!("{FAIR_PROLOGUE}\n{file}"),
+    }
 }
 
-/// One script: its source and the [`Script`] (hash computed on first use). Derefs to the
-/// [`Script`] to build invocations.
+/// One script: its source (assembled on first use) and the [`Script`] (hash computed on first
+/// use). Derefs to the [`Script`] to build invocations.
 pub(crate) struct Lua {
-    source: &'static str,
+    source: LazyLock<String, fn() -> String>,
     script: LazyLock<Script, fn() -> Script>,
 }
 
@@ -37,31 +42,38 @@ impl Deref for Lua {
     }
 }
 
-/// Declares the scripts as `Lua` statics, and [`ALL`] listing them.
+/// Declares the scripts as `Lua` statics (`fair "file"`: with the fair prologue; `plain "file"`:
+/// as it is), and [`ALL`] listing them.
 macro_rules! scripts {
-    ($($name:ident = $source:expr;)*) => {
+    ($($name:ident = $how:ident $file:literal;)*) => {
         $(
             pub(crate) static $name: Lua = Lua {
-                source: $source,
-                script: LazyLock::new(|| Script::new($source)),
+                source: LazyLock::new(|| scripts!(@source $how $file)),
+                script: LazyLock::new(|| Script::new(&$name.source)),
             };
         )*
         /// Every script, for [`eval_instead`].
         static ALL: &[&Lua] = &[$(&$name),*];
     };
+    (@source fair $file:literal) => {
+        with_prologue(include_str!(concat!("../lua/", $file)))
+    };
+    (@source plain $file:literal) => {
+        include_str!(concat!("../lua/", $file)).to_owned()
+    };
 }
 
 scripts! {
-    FAIR_ACQUIRE = fair_script!("fair_acquire.lua");
-    FAIR_UNLOCK = fair_script!("fair_unlock.lua");
-    FAIR_GIVE_UP = fair_script!("fair_give_up.lua");
-    FAIR_FORCE_UNLOCK = fair_script!("fair_force_unlock.lua");
-    FAIR_HEARTBEAT = fair_script!("fair_heartbeat.lua");
-    RENEW = include_str!("../lua/renew.lua");
-    STATE = include_str!("../lua/state.lua");
-    LOCK_ACQUIRE = include_str!("../lua/lock_acquire.lua");
-    LOCK_UNLOCK = include_str!("../lua/lock_unlock.lua");
-    LOCK_FORCE_UNLOCK = include_str!("../lua/lock_force_unlock.lua");
+    FAIR_ACQUIRE = fair "fair_acquire.lua";
+    FAIR_UNLOCK = fair "fair_unlock.lua";
+    FAIR_GIVE_UP = fair "fair_give_up.lua";
+    FAIR_FORCE_UNLOCK = fair "fair_force_unlock.lua";
+    FAIR_HEARTBEAT = fair "fair_heartbeat.lua";
+    RENEW = plain "renew.lua";
+    STATE = plain "state.lua";
+    LOCK_ACQUIRE = plain "lock_acquire.lua";
+    LOCK_UNLOCK = plain "lock_unlock.lua";
+    LOCK_FORCE_UNLOCK = plain "lock_force_unlock.lua";
 }
 
 /// The `EVAL` equivalent of `cmd` when it is an `EVALSHA` of one of our scripts: the source in
@@ -78,7 +90,7 @@ pub(crate) fn eval_instead(cmd: &redis::Cmd) -> Option<redis::Cmd> {
     }
     let lua = ALL.iter().find(|l| l.get_hash().as_bytes() == hash)?;
     let mut eval = redis::cmd("EVAL");
-    eval.arg(lua.source);
+    eval.arg(lua.source.as_str());
     for arg in args {
         match arg {
             redis::Arg::Simple(a) => eval.arg(a),

@@ -99,6 +99,7 @@ pub enum Role {
     Queue,
     Deadlines,
     Liveness,
+    Grants,
     Token,
     Latch,
 }
@@ -111,6 +112,7 @@ impl Role {
             Role::Queue => "queue",
             Role::Deadlines => "deadlines",
             Role::Liveness => "liveness",
+            Role::Grants => "grants",
             Role::Token => "fencing",
             Role::Latch => "latch",
         }
@@ -125,6 +127,7 @@ pub fn parse_derived(key: &str) -> Option<(String, Role)> {
         DerivedKey::Queue => Role::Queue,
         DerivedKey::Deadlines => Role::Deadlines,
         DerivedKey::Liveness => Role::Liveness,
+        DerivedKey::Grants => Role::Grants,
         DerivedKey::Token => Role::Token,
         DerivedKey::Latch => Role::Latch,
         // A key this version of the tool does not know.
@@ -147,7 +150,7 @@ pub fn reason_text(code: &str) -> &'static str {
 /// The type each role's key must have.
 fn expected_type(role: Role) -> &'static str {
     match role {
-        Role::Lock => "hash",
+        Role::Lock | Role::Grants => "hash",
         Role::Queue => "list",
         Role::Deadlines | Role::Liveness => "zset",
         Role::Token | Role::Latch => "string",
@@ -166,6 +169,7 @@ pub async fn read(
         (Role::Queue, keys.queue().to_owned()),
         (Role::Deadlines, keys.deadlines().to_owned()),
         (Role::Liveness, keys.liveness().to_owned()),
+        (Role::Grants, keys.grants().to_owned()),
         (Role::Token, keys.token().to_owned()),
     ];
     let mut pipe = redis::pipe();
@@ -341,6 +345,11 @@ pub async fn read(
                 problem: "liveness_without_ttl",
                 detail: "liveness set without TTL".into(),
             }),
+            Role::Grants if *pttl == -1 => orphans.push(Orphan {
+                key: key.clone(),
+                problem: "grants_without_ttl",
+                detail: "grant requests without TTL".into(),
+            }),
             _ => {}
         }
     }
@@ -367,7 +376,7 @@ pub async fn read(
     }
 
     let name_type = type_of(Role::Lock);
-    let fair = [Role::Queue, Role::Deadlines, Role::Liveness]
+    let fair = [Role::Queue, Role::Deadlines, Role::Liveness, Role::Grants]
         .into_iter()
         .any(|r| type_of(r).is_some());
     let kind = match name_type {

@@ -1,10 +1,15 @@
 //! Holder identity: whose hold an acquisition is for.
 //!
 //! The invariant this module keeps: **two acquisition calls share a hold only when the caller
-//! asked them to.** By default every call mints a fresh holder id, so any two calls exclude each
-//! other, whether they run in one task (`join!`, `select!`), in several tasks, threads or
+//! asked them to.** By default every call gets a holder id of its own, so any two calls exclude
+//! each other, whether they run in one task (`join!`, `select!`), in several tasks, threads or
 //! processes. A call re-enters an existing hold only through a [`Holder`] the caller passes on
 //! purpose (or a guard's [`reenter`](crate::LockGuard::reenter)).
+//!
+//! A call's own id is freshly minted, or the id of an ended call of the same client on the same
+//! lock that left nothing behind and whose id no guard showed to the user
+//! (`Inner::reuse_holder`): its waiter channel is then still subscribed, which saves a waiting
+//! call a subscription. Two calls that run at the same time never share an id.
 //!
 //! Minted ids are negative and come from one process-wide counter, so they are unique within
 //! every client of the process (a [`RedLock`](crate::RedLock) uses one id on several clients).
