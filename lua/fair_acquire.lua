@@ -16,8 +16,9 @@
 -- ARGV[10] '1' when no other call of the field waits: an entry of the field still queued was
 --          left by an ended call (its give-up failed), is not this call's place in line, and is
 --          dropped first (the call joins at the tail)
--- ARGV[11] the call's nonce when it takes a direct hand-off (PROTOCOL 8), '' when it does not
---          (then an entry of the field in G is dropped)
+-- ARGV[11] this attempt's nonce when the call takes a direct hand-off (PROTOCOL 8), '' when it
+--          does not (then an entry of the field in G is dropped); an attempt that leaves the
+--          field queued writes it into G, so a grant names the attempt it answers
 -- ARGV[12] the TTL (ms) a direct grant gives the lock: the lease, but no longer than the
 --          liveness window, so a waiter that died just before its grant holds the lock no
 --          longer than a dead waiter blocks the queue; the waiter's client extends it to the
@@ -116,7 +117,6 @@ if mode == 'requeue' and head ~= field and held == 0 and not is_queued()
     redisson_wait, true)
   redis.call('LPUSH', queue, field)
   mark_alive(liveness, grants, field, window, deadline)
-  want_grant(liveness, grants, field, grant_ttl, fenced, nonce)
   redis.call('ZADD', deadlines, deadline, field)
   queued = true
   head = field
@@ -185,8 +185,10 @@ if is_queued() then
     redis.call('ZADD', deadlines, 'XX', 'GT', deadline, field)
     mark_alive(liveness, grants, field, window, deadline)
   end
-  if nonce == '' and mode ~= 'try' then
-    redis.call('HDEL', grants, field)
+  -- The request names this attempt: a grant can only be taken up from its message by the
+  -- client's latest attempt, never from an earlier grant of the same call whose hold vanished.
+  if mode ~= 'try' then
+    want_grant(liveness, grants, field, grant_ttl, fenced, nonce)
   end
   return {0, 0, hint(), server_now_ms()}
 end

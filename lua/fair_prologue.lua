@@ -18,7 +18,7 @@
 -- * A fairlock waiter is judged alive by its mark in L, never by its score in Z: Redisson clients
 --   shift every score in Z on each of their acquisitions, ours included (PROTOCOL 4 and 7).
 -- * G holds, for a queued fairlock waiter that can take a direct hand-off, what it asked for:
---   '<TTL ms>:<fenced 0|1>:<call nonce>'. A waiter leaves G whenever it leaves Q by our scripts;
+--   '<TTL ms>:<fenced 0|1>:<attempt nonce>' (written by each attempt that leaves it queued). A waiter leaves G whenever it leaves Q by our scripts;
 --   G goes with L when the queue is found empty, and never outlives L (same TTL). When the lock
 --   falls free and the live head has an entry in G, the script that freed it grants the lock to
 --   that head itself (`pass_on`): the head is the owner before it hears of it (PROTOCOL 8).
@@ -290,7 +290,7 @@ end
 -- and G, becomes the owner with one hold and the TTL it asked for (its lease or its client's
 -- watchdog timeout, at most its liveness window: its client extends it to the full lease once
 -- it has the grant), gets a fencing token if it asked for one, and is told on its own channel
--- with 'fairlock:grant:<nonce>:<server ms>:<token>' (nonce: the call it asked for; server ms:
+-- with 'fairlock:grant:<nonce>:<server ms>:<token>' (nonce: the attempt it answers; server ms:
 -- the time of the grant, from which its client counts its validity). Any other head (a
 -- Redisson waiter, a fairlock waiter that asked for no hand-off) is told '0' (PROTOCOL 2) and
 -- acquires by itself. Returns the head that now owns the lock, or nil.

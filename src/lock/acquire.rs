@@ -169,11 +169,9 @@ async fn acquire_inner(
     // client syncs replicas after each grant: a grant made by another client's script cannot be
     // waited for from here (`WAIT` counts this connection's writes), so such a call takes the
     // lock by itself after a wake-up, and syncs.
-    let nonce = if spec.kind == Kind::Fair && !zero_wait && inner.config.replica_sync.is_none() {
-        next_id()
-    } else {
-        0
-    };
+    // (`nonce` only says whether the call asks: each attempt sends a fresh one, see `attempt`.)
+    let nonce =
+        u64::from(spec.kind == Kind::Fair && !zero_wait && inner.config.replica_sync.is_none());
     let liveness_ms = inner.config.waiter_liveness.as_millis() as i64;
     let span = tracing::debug_span!("acquire", lock = spec.name(), field = &*field);
     let mut waiter = Waiter {
@@ -200,6 +198,7 @@ async fn acquire_inner(
         beat: None,
         woken_by_message: None,
         pending: None,
+        last_nonce: 0,
     };
     async move { waiter.run(deadline).await }
         .instrument(span)
@@ -245,9 +244,12 @@ struct Waiter {
     beat: Option<Arc<WaiterBeat>>,
     /// When a message last woke us (for the hand-over metric: release seen → grant).
     woken_by_message: Option<Instant>,
-    /// Our last attempt that left us queued asking for a direct grant: when it was sent, and the
-    /// server time it ran at. A grant announced later is counted from there (`grant_start`).
-    pending: Option<(Instant, i64)>,
+    /// Our last attempt that left us queued asking for a direct grant: its nonce, when it was
+    /// sent, and the server time it ran at. A grant announced for that nonce is counted from
+    /// there (`grant_start`).
+    pending: Option<(u64, Instant, i64)>,
+    /// The nonce the last attempt sent (0: it asked for no hand-off).
+    last_nonce: u64,
 }
 
 /// A run of transient errors met by one waiter.
@@ -320,7 +322,11 @@ impl Waiter {
                     server_ms,
                 } => {
                     drop(turn);
-                    self.pending = (server_ms > 0).then_some((sent, server_ms));
+                    self.pending = (server_ms > 0 && self.last_nonce != 0).then_some((
+                        self.last_nonce,
+                        sent,
+                        server_ms,
+                    ));
                     if let Some(position) = queued_at {
                         tracing::debug!(position, "queued");
                         let names = self.inner.config.metrics_lock_names;
@@ -450,11 +456,20 @@ impl Waiter {
         let mut conn = self.inner.conn.clone();
         let held = self.held.clone();
         let mut args = self.args.clone();
-        if args.nonce != 0 && self.held.lane.with(|a| a.waiting_calls > 1) {
-            // Another call of this holder waits on the lock too and shares our entry: a grant
-            // must not name one of us, so the entry asks for none (the head is told instead).
-            args.nonce = 0;
+        if args.nonce != 0 {
+            args.nonce = if self.held.lane.with(|a| a.waiting_calls > 1) {
+                // Another call of this holder waits on the lock too and shares our entry: a
+                // grant must not name one of us, so the entry asks for none (the head is told
+                // instead).
+                0
+            } else {
+                // A nonce per attempt: a grant names the attempt whose request it answers, and
+                // only the latest attempt's grant can be taken up from its message (a message of
+                // an earlier grant whose hold vanished meanwhile never matches again).
+                next_id()
+            };
         }
+        self.last_nonce = args.nonce;
         let sync = self.inner.config.replica_sync;
         let timeout = self.inner.config.command_timeout;
         let attempt = self.in_flight.insert(Box::pin(async move {
@@ -571,7 +586,7 @@ impl Waiter {
         Ok(Some(guard))
     }
 
-    /// Takes up a direct grant (PROTOCOL 8) announced in `mail` for this call, without a round
+    /// Takes up a direct grant (PROTOCOL 8) announced in `mail` for this call's latest attempt, without a round
     /// trip: the lock was granted to us by the script that freed it, and the hold joins our
     /// field's account under the field's turn, like an attempt's grant. `None` when there is no
     /// such grant, or it cannot be taken from the message (our field's account changed since the
@@ -587,10 +602,10 @@ impl Waiter {
         turn_deadline: Option<Instant>,
     ) -> Option<Result<Option<LockGuard>>> {
         let grant = mail.take_grant()?;
-        if grant.nonce != self.args.nonce {
+        let (nonce, sent, attempt_ms) = self.pending?;
+        if grant.nonce != nonce {
             return None;
         }
-        let (sent, attempt_ms) = self.pending?;
         let entry = Lane::reserve(&self.held);
         let turn = match turn_deadline {
             Some(until) => tokio::time::timeout_at(until.into(), entry.turn())
@@ -619,7 +634,7 @@ impl Waiter {
         }
         let start = grant_start(sent, attempt_ms, grant.server_ms, Instant::now());
         let token = self.args.fenced.then_some(grant.token);
-        tracing::trace!(nonce = grant.nonce, "took up a direct grant");
+        tracing::debug!(nonce = grant.nonce, "took up a direct grant");
         let ttl = Duration::from_millis(self.args.grant_ttl_ms as u64);
         Some(self.granted(turn, start, token, Some(ttl)).await)
     }

@@ -109,7 +109,8 @@ pub(crate) struct AcquireArgs {
     pub(crate) redisson_wait_ms: i64,
     pub(crate) mode: Mode,
     pub(crate) fenced: bool,
-    /// The call's nonce when it takes a direct hand-off of a fair lock (PROTOCOL 8), 0 when not.
+    /// The attempt's nonce when it takes a direct hand-off of a fair lock (PROTOCOL 8), 0 when
+    /// not (in a call's own arguments: 1 when the call asks for hand-offs).
     pub(crate) nonce: u64,
     /// The TTL a direct grant gives the lock: `lease_ms`, at most `liveness_ms`.
     pub(crate) grant_ttl_ms: i64,

@@ -139,6 +139,9 @@ pub enum Event {
     /// the call; `t` read after Redis ran the join). An attempt abandoned by a dropped call never
     /// emits it.
     Joined { id: String, t: u64 },
+    /// The call took up a lock handed to it directly (the library's `took up a direct grant`
+    /// event, PROTOCOL 8: granted by another client's script, no round trip of its own).
+    Handed { id: String, t: u64 },
     /// The release of a hold starts (`t` and `vu` read just before `unlock()` / `drop`).
     Release {
         id: String,
@@ -231,6 +234,7 @@ impl Event {
             ),
             Event::Lost { id, t, reason } => format!("lost id={id} t={t} reason={}", word(reason)),
             Event::Joined { id, t } => format!("joined id={id} t={t}"),
+            Event::Handed { id, t } => format!("handed id={id} t={t}"),
             Event::Release {
                 id,
                 t,
@@ -302,6 +306,10 @@ impl Event {
                 reason: s("reason")?,
             },
             "joined" => Event::Joined {
+                id: s("id")?,
+                t: n("t")?,
+            },
+            "handed" => Event::Handed {
                 id: s("id")?,
                 t: n("t")?,
             },

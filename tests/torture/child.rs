@@ -49,13 +49,17 @@ impl tracing::field::Visit for IdField {
     }
 }
 
-/// Whether an event's message is `queued`.
-pub struct QueuedMessage(bool);
+/// Which of the library's events a message is: `queued` (1) or `took up a direct grant` (2).
+pub struct QueuedMessage(u8);
 
 impl tracing::field::Visit for QueuedMessage {
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" && format!("{value:?}") == "queued" {
-            self.0 = true;
+        if field.name() == "message" {
+            match format!("{value:?}").as_str() {
+                "queued" => self.0 = 1,
+                "took up a direct grant" => self.0 = 2,
+                _ => {}
+            }
         }
     }
 }
@@ -82,9 +86,9 @@ where
 
     fn on_event(&self, event: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
         let t = mono_ns();
-        let mut queued = QueuedMessage(false);
+        let mut queued = QueuedMessage(0);
         event.record(&mut queued);
-        if !queued.0 {
+        if queued.0 == 0 {
             return;
         }
         let Some(scope) = ctx.event_scope(event) else {
@@ -92,7 +96,11 @@ where
         };
         for span in scope {
             if let Some(CallId(id)) = span.extensions().get::<CallId>() {
-                self.0.log(Event::Joined { id: id.clone(), t });
+                self.0.log(if queued.0 == 1 {
+                    Event::Joined { id: id.clone(), t }
+                } else {
+                    Event::Handed { id: id.clone(), t }
+                });
                 return;
             }
         }

@@ -467,6 +467,10 @@ pub fn torture(test: &str, seed: u64) {
     );
     println!("  client ops: {counts:?}");
     println!(
+        "  direct hand-offs taken up from their message (PROTOCOL 8): {}",
+        h.calls.iter().filter(|c| c.handed).count()
+    );
+    println!(
         "  faults injected: {:?}",
         shared.fault_counts.lock().unwrap()
     );

@@ -94,6 +94,8 @@ pub struct Call {
     pub lost: Option<(u64, String)>,
     /// When the call's own attempt first joined the fair queue ([`Event::Joined`]).
     pub joined: Option<u64>,
+    /// The call took up a lock handed to it directly ([`Event::Handed`]).
+    pub handed: bool,
     pub release: Option<(u64, u64, String, bool)>,
     pub released: Option<(u64, String)>,
 }
@@ -247,6 +249,7 @@ impl History {
                         vu_at_grant: None,
                         lost: None,
                         joined: None,
+                        handed: false,
                         release: None,
                         released: None,
                     });
@@ -263,6 +266,7 @@ impl History {
                 Event::End { id, .. }
                 | Event::Lost { id, .. }
                 | Event::Joined { id, .. }
+                | Event::Handed { id, .. }
                 | Event::Release { id, .. }
                 | Event::Released { id, .. } => id.clone(),
                 _ => continue,
@@ -290,6 +294,7 @@ impl History {
                 Event::Joined { t, .. } => {
                     call.joined = Some(call.joined.map_or(t, |j| j.min(t)));
                 }
+                Event::Handed { .. } => call.handed = true,
                 Event::Release {
                     t, vu, how, lost, ..
                 } => call.release = Some((t, vu, how, lost)),
