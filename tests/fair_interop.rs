@@ -45,15 +45,8 @@ async fn a_java_holder_releasing_wakes_our_waiter_by_message() {
         raw.llen::<_, i64>("redisson_lock_queue:{shared}").unwrap() == 1
     });
     let head: String = raw.lindex("redisson_lock_queue:{shared}", 0).unwrap();
-    let channel = format!("redisson_lock__channel:{{shared}}:{head}");
-    wait_until(Duration::from_secs(10), "our waiter subscribed", || {
-        let (_, n): (String, i64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(&channel)
-            .query(&mut raw)
-            .unwrap();
-        n == 1
-    });
+    let channel = support::waiter_channel("shared", &head);
+    support::wait_subscribed(&mut raw, &channel);
 
     // Redisson's fair unlock: delete the hash, publish "0" to the head's channel.
     let started = std::time::Instant::now();

@@ -48,6 +48,30 @@ pub async fn server_now_ms_async(conn: &mut impl redis::aio::ConnectionLike) -> 
     secs * 1000 + micros / 1000
 }
 
+/// Waits (up to 10 s) until `channel` has exactly one subscriber (`PUBSUB NUMSUB`).
+pub fn wait_subscribed(raw: &mut redis::Connection, channel: &str) {
+    crate::wait_until(std::time::Duration::from_secs(10), "subscribed", || {
+        let (_, n): (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query(raw)
+            .unwrap();
+        n == 1
+    });
+}
+
+/// Kills every pub/sub connection of the server (`CLIENT KILL TYPE pubsub`), so messages
+/// published until their clients resubscribe are lost; asserts at least one was killed.
+pub fn kill_pubsub_connections(raw: &mut redis::Connection) {
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(raw)
+        .unwrap();
+    assert!(killed >= 1, "no pub/sub connection to kill");
+}
+
 /// Kills a child process (`SIGKILL`) and reaps it.
 pub fn sigkill(child: &mut std::process::Child) {
     child.kill().unwrap();
