@@ -303,10 +303,7 @@ impl Waiter {
             match attempt {
                 Attempt::Acquired { token, .. } => {
                     self.queued = false;
-                    if let Some(woken) = self.woken_by_message {
-                        let names = self.inner.config.metrics_lock_names;
-                        metrics::handover(&self.args.spec, names, woken.elapsed());
-                    }
+                    self.record_handover();
                     match self.granted(turn, sent, token, None).await? {
                         Some(guard) => return Ok(Some(guard)),
                         // Given back: it could no longer be trusted when it reached us.
@@ -628,15 +625,21 @@ impl Waiter {
         }
         self.queued = false;
         self.pending = None;
-        if let Some(woken) = self.woken_by_message {
-            let names = self.inner.config.metrics_lock_names;
-            metrics::handover(&self.args.spec, names, woken.elapsed());
-        }
+        self.record_handover();
         let start = grant_start(sent, attempt_ms, grant.server_ms, Instant::now());
         let token = self.args.fenced.then_some(grant.token);
         tracing::debug!(nonce = grant.nonce, "took up a direct grant");
         let ttl = Duration::from_millis(self.args.grant_ttl_ms as u64);
         Some(self.granted(turn, start, token, Some(ttl)).await)
+    }
+
+    /// A grant reached us after a message woke us: records the hand-over time (release seen →
+    /// grant) for the metric, whichever way the grant came (an attempt, or a direct grant).
+    fn record_handover(&self) {
+        if let Some(woken) = self.woken_by_message {
+            let names = self.inner.config.metrics_lock_names;
+            metrics::handover(&self.args.spec, names, woken.elapsed());
+        }
     }
 
     /// Handles an error met while waiting. A transient one (see [`Error::is_transient`]) is
