@@ -1,22 +1,47 @@
--- Watchdog renewal for a batch of held locks, both kinds (PROTOCOL 3 renew).
+-- Watchdog renewal for a batch of held locks, every kind (PROTOCOL 3 renew; read holds of a
+-- read-write lock, PROTOCOL 10).
 --
 -- KEYS[i] owner hash NAME of lock i (all in one cluster slot)
--- ARGV[1] new TTL in ms (the watchdog timeout), ARGV[i + 1] our owner field for lock i
+-- ARGV[1] new TTL in ms (the watchdog timeout); for lock i, ARGV[2i] our owner field and
+-- ARGV[2i + 1] '' for a mutex or a write hold, or, for a read hold, the base its lease keys are
+-- named from (Redisson's `{NAME}`, or NAME when it has a hash tag): a read hold numbered k lives
+-- in `<base>:<field>:rwlock_timeout:<k>`, in NAME's slot.
 --
 -- Reply: one integer per lock: 1 renewed, 0 our field is gone (the lock was lost). A lock is renewed
 -- only while our field is there, so a renewal that crosses our own unlock, or somebody else's
--- acquisition, never extends a lock that is not ours; and the TTL is never shortened (a hold of
--- ours with a longer fixed lease may need more). A key of the wrong type under a lock's name
--- reports 0 for that lock alone: our field cannot be in it, and the other locks are renewed.
+-- acquisition, never extends a lock that is not ours; and no TTL is ever shortened (a hold of
+-- ours with a longer fixed lease may need more). A read hold also needs every one of its lease
+-- keys: one that expired means the hold stopped counting for everybody else (a Redisson read
+-- unlock treats a reader without a live lease key as gone), so it is reported lost, not revived.
+-- A key of the wrong type under a lock's name reports 0 for that lock alone: our field cannot be
+-- in it, and the other locks are renewed.
 
 local ttl = tonumber(ARGV[1])
+
+local function at_least(key)
+  local left = redis.call('PTTL', key)
+  if left == -2 then
+    return false
+  end
+  if left < ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
+  return true
+end
+
 local replies = {}
 for i = 1, #KEYS do
-  local present = redis.pcall('HEXISTS', KEYS[i], ARGV[i + 1])
-  if present == 1 then
-    if redis.call('PTTL', KEYS[i]) < ttl then
-      redis.call('PEXPIRE', KEYS[i], ttl)
+  local name, field, base = KEYS[i], ARGV[2 * i], ARGV[2 * i + 1]
+  local count = redis.pcall('HGET', name, field)
+  local alive = type(count) == 'string'
+  if alive and base ~= '' then
+    local prefix = base .. ':' .. field .. ':rwlock_timeout:'
+    for k = 1, tonumber(count) or 0 do
+      alive = at_least(prefix .. k) and alive
     end
+  end
+  if alive then
+    at_least(name)
     replies[i] = 1
   else
     replies[i] = 0

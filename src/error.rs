@@ -74,8 +74,23 @@ pub enum Error {
         name: String,
         /// The owner field of the holder.
         field: String,
-        /// The kind the holder already uses it as: `"fair"` or `"plain"`.
+        /// The kind the holder already uses it as: `"fair"`, `"plain"`, `"read"` or `"write"`.
         held_as: &'static str,
+    },
+
+    /// A write lock was asked for by a holder that holds the same
+    /// [`ReadWriteLock`](crate::ReadWriteLock) for reading only. The writer would wait for ever
+    /// behind its own read holds (Redisson's `RReadWriteLock` blocks there); release the read
+    /// holds first. Nothing was taken. (The other way, write then read, is a downgrade and is
+    /// allowed.)
+    #[error(
+        "holder {field:?} holds lock {name:?} for reading: it cannot also take it for writing"
+    )]
+    UpgradeRefused {
+        /// The lock name.
+        name: String,
+        /// The owner field of the holder's read holds.
+        field: String,
     },
 
     /// The client was shut down; no further lock operations are possible.

@@ -43,6 +43,12 @@ pub const LIVENESS_PREFIX: &str = "fairlock_liveness";
 /// hash: owner field, `<lease ms>:<fenced 0|1>:<call nonce>`; what a queued waiter asks for when
 /// the lock is handed to it directly, [PROTOCOL 8](crate::protocol)).
 pub const GRANTS_PREFIX: &str = "fairlock_grants";
+/// Prefix of a read-write lock's channel, `redisson_rwlock:{NAME}`, shared by its readers and
+/// writers ([PROTOCOL 10](crate::protocol)): `0` when the last reader left, `1` when a writer did.
+pub const RW_CHANNEL_PREFIX: &str = "redisson_rwlock";
+/// What a read hold's lease key ends in before its number:
+/// `{NAME}:<owner field>:rwlock_timeout:<k>` (Redisson's suffix form; [`LockKeys::lease_key`]).
+pub const LEASE_KEY_SUFFIX: &str = "rwlock_timeout";
 /// Prefix of Redisson's unlock latches, `redisson_unlock_latch:{NAME}:<request id>` (strings
 /// with a PX). fairlock never writes one.
 pub const LATCH_PREFIX: &str = "redisson_unlock_latch";
@@ -79,16 +85,16 @@ pub struct LockKeys {
     /// The owner hash name, release channel, queue, deadline set, fencing counter, liveness set
     /// and grant requests, concatenated.
     buf: Box<str>,
-    /// Where each of the seven names ends in `buf`.
-    ends: [u32; 7],
+    /// Where each of the nine names ends in `buf`.
+    ends: [u32; 9],
 }
 
 impl LockKeys {
     /// Derives the names for `name`. Any name derives; [`check_name`] says whether a client
     /// can use it.
     pub fn new(name: &str) -> Self {
-        let mut buf = String::with_capacity(7 * name.len() + 130);
-        let mut ends = [0u32; 7];
+        let mut buf = String::with_capacity(9 * name.len() + 150);
+        let mut ends = [0u32; 9];
         buf.push_str(name);
         ends[0] = buf.len() as u32;
         for (i, prefix) in [
@@ -105,6 +111,17 @@ impl LockKeys {
             push_derived(&mut buf, prefix, name);
             ends[i + 1] = buf.len() as u32;
         }
+        push_derived(&mut buf, RW_CHANNEL_PREFIX, name);
+        ends[7] = buf.len() as u32;
+        // Redisson's suffix form without a suffix: `{NAME}`, or NAME when it has a `{`.
+        if name.contains('{') {
+            buf.push_str(name);
+        } else {
+            buf.push('{');
+            buf.push_str(name);
+            buf.push('}');
+        }
+        ends[8] = buf.len() as u32;
         LockKeys {
             buf: buf.into_boxed_str(),
             ends,
@@ -153,6 +170,32 @@ impl LockKeys {
     /// [PROTOCOL 8]: crate::protocol
     pub fn grants(&self) -> &str {
         self.part(6)
+    }
+
+    /// The channel of a read-write lock of this name, shared by its readers and writers
+    /// (`redisson_rwlock:{NAME}`).
+    pub fn rw_channel(&self) -> &str {
+        self.part(7)
+    }
+
+    /// What a read hold's lease keys are named from: `{NAME}`, or NAME itself when it contains
+    /// `{` (Redisson's suffix form), in NAME's slot either way.
+    pub fn lease_base(&self) -> &str {
+        self.part(8)
+    }
+
+    /// The lease key of read hold number `k` (1 = the first) of owner field `field`:
+    /// `{NAME}:<field>:rwlock_timeout:<k>`, a string with the hold's lease as its TTL.
+    ///
+    /// ```
+    /// use fairlock::keys::LockKeys;
+    ///
+    /// let k = LockKeys::new("docs");
+    /// assert_eq!(k.lease_key("u:7", 2), "{docs}:u:7:rwlock_timeout:2");
+    /// assert_eq!(LockKeys::new("{t}docs").lease_key("u:7", 1), "{t}docs:u:7:rwlock_timeout:1");
+    /// ```
+    pub fn lease_key(&self, field: &str, k: u32) -> String {
+        format!("{}:{field}:{LEASE_KEY_SUFFIX}:{k}", self.lease_base())
     }
 
     /// The channel of one fair waiter: the release channel, `:`, its owner field.
@@ -361,18 +404,21 @@ pub fn parse_derived(key: &str) -> Option<(&str, DerivedKey)> {
 }
 
 /// Splits an owner field `<client id>:<holder id>` ([PROTOCOL 2]) at its last colon: the client
-/// id, and the holder id when it is a number.
+/// id, and the holder id when it is a number. A read-write lock's writer field
+/// `<client id>:<holder id>:write` splits the same way (the suffix is dropped first).
 ///
 /// ```
 /// use fairlock::keys::split_field;
 ///
 /// assert_eq!(split_field("6c1b4f5e-0d0a-4c1e-9a51-5b8f8e0f2a11:57").1, Some(57));
+/// assert_eq!(split_field("c:57:write"), ("c", Some(57)));
 /// assert_eq!(split_field("c:x"), ("c", None));
 /// assert_eq!(split_field("c"), ("c", None));
 /// ```
 ///
 /// [PROTOCOL 2]: crate::protocol
 pub fn split_field(field: &str) -> (&str, Option<i64>) {
+    let field = field.strip_suffix(":write").unwrap_or(field);
     match field.rsplit_once(':') {
         Some((client, holder)) => (client, holder.parse().ok()),
         None => (field, None),
@@ -409,6 +455,10 @@ pub(crate) enum Kind {
     Fair,
     /// `RLock`: owner hash only; waiters listen on the shared release channel.
     NonFair,
+    /// `RReadWriteLock`'s read lock: field `<owner>` plus one lease key per hold.
+    Read,
+    /// `RReadWriteLock`'s write lock: field `<owner>:write`.
+    Write,
 }
 
 impl Kind {
@@ -417,7 +467,14 @@ impl Kind {
         match self {
             Kind::Fair => "fair",
             Kind::NonFair => "plain",
+            Kind::Read => "read",
+            Kind::Write => "write",
         }
+    }
+
+    /// Whether the kind is a side of a read-write lock.
+    pub(crate) fn is_rw(self) -> bool {
+        matches!(self, Kind::Read | Kind::Write)
     }
 }
 
@@ -446,6 +503,33 @@ impl LockSpec {
         match self.kind {
             Kind::Fair => self.keys.waiter_channel(field),
             Kind::NonFair => self.keys.channel().to_owned(),
+            Kind::Read | Kind::Write => self.keys.rw_channel().to_owned(),
+        }
+    }
+
+    /// The channel releases of this lock are announced on.
+    pub(crate) fn release_channel(&self) -> &str {
+        if self.kind.is_rw() {
+            self.keys.rw_channel()
+        } else {
+            self.keys.channel()
+        }
+    }
+
+    /// The owner field of holder `base` (`<client uuid>:<holder id>`) on this lock: the same,
+    /// plus `:write` for a write lock (Redisson's field of a writer).
+    pub(crate) fn owner_field(&self, base: Arc<str>) -> Arc<str> {
+        match self.kind {
+            Kind::Write => format!("{base}:write").into(),
+            _ => base,
+        }
+    }
+
+    /// The lease-key base a renewal of this lock's holds names (`''`: no lease keys).
+    pub(crate) fn renewal_base(&self) -> &str {
+        match self.kind {
+            Kind::Read => self.keys.lease_base(),
+            _ => "",
         }
     }
 }

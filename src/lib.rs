@@ -102,12 +102,13 @@ pub use lock::holder::Holder;
 #[allow(deprecated)]
 pub use lock::plain::Lock;
 pub use lock::plain::NonFairLock;
+pub use lock::rw::{ReadLock, ReadWriteLock, WriteLock};
 /// The redis-rs crate fairlock is built on, for the types its builder takes
 /// ([`redis::Client`], [`redis::ConnectionInfo`], [`redis::cluster::ClusterClientBuilder`],
 /// [`redis::sentinel::SentinelNodeConnectionInfo`]) without a second, mismatched version.
 pub use redis;
 pub use redlock::{RedLock, RedLockGuard};
-pub use state::{DeadReason, LockState, Owner, QueuedWaiter};
+pub use state::{DeadReason, LockState, Owner, QueuedWaiter, Reader, RwLockState, RwMode};
 
 // Doc-only modules: the repository's documents, so docs.rs shows them beside the API.
 

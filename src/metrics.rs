@@ -46,6 +46,8 @@ fn kind_label(kind: Kind) -> &'static str {
     match kind {
         Kind::Fair => "fair",
         Kind::NonFair => "plain",
+        Kind::Read => "read",
+        Kind::Write => "write",
     }
 }
 

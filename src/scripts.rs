@@ -74,6 +74,12 @@ scripts! {
     LOCK_ACQUIRE = plain "lock_acquire.lua";
     LOCK_UNLOCK = plain "lock_unlock.lua";
     LOCK_FORCE_UNLOCK = plain "lock_force_unlock.lua";
+    RW_READ_ACQUIRE = plain "rw_read_acquire.lua";
+    RW_WRITE_ACQUIRE = plain "rw_write_acquire.lua";
+    RW_READ_UNLOCK = plain "rw_read_unlock.lua";
+    RW_WRITE_UNLOCK = plain "rw_write_unlock.lua";
+    RW_FORCE_UNLOCK = plain "rw_force_unlock.lua";
+    RW_STATE = plain "rw_state.lua";
 }
 
 /// The `EVAL` equivalent of `cmd` when it is an `EVALSHA` of one of our scripts: the source in

@@ -35,6 +35,104 @@ pub(crate) struct RawState {
     pub(crate) waiters: Vec<(String, i64, i64)>,
 }
 
+/// What `rw_state.lua` returns, before decoding.
+pub(crate) struct RawRwState {
+    pub(crate) now_ms: i64,
+    pub(crate) pttl_ms: i64,
+    pub(crate) mode: String,
+    pub(crate) holders: Vec<(String, i64, Vec<i64>)>,
+}
+
+/// Which side holds a [`ReadWriteLock`](crate::ReadWriteLock) (its `mode` field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RwMode {
+    /// Readers hold it (and nobody else can write).
+    Read,
+    /// A writer holds it (possibly with read holds of its own: a downgrade).
+    Write,
+}
+
+/// A snapshot of one [`ReadWriteLock`](crate::ReadWriteLock), read atomically, Java holders
+/// included.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwLockState {
+    /// The lock's mode; `None` when nobody holds it.
+    pub mode: Option<RwMode>,
+    /// The writer (field `<client id>:<holder id>:write`), if any.
+    pub writer: Option<Owner>,
+    /// Every read holder field in the lock, dead ones included (see [`Reader::alive`]).
+    pub readers: Vec<Reader>,
+    /// Time to live of the lock; `None` when it is not held or has no expiry.
+    pub ttl: Option<Duration>,
+    /// The server's clock when the snapshot was taken.
+    pub server_time: SystemTime,
+}
+
+impl RwLockState {
+    /// Whether anyone holds the lock.
+    pub fn is_locked(&self) -> bool {
+        self.mode.is_some()
+    }
+
+    pub(crate) fn from_raw(raw: RawRwState) -> Self {
+        let mode = match raw.mode.as_str() {
+            "read" => Some(RwMode::Read),
+            "write" => Some(RwMode::Write),
+            _ => None,
+        };
+        let holds = |n: i64| u32::try_from(n.max(0)).unwrap_or(u32::MAX);
+        let mut writer = None;
+        let mut readers = Vec::new();
+        for (field, count, leases) in raw.holders {
+            if field.ends_with(":write") {
+                writer = Some(Owner {
+                    field,
+                    holds: holds(count),
+                });
+            } else {
+                readers.push(Reader {
+                    owner: Owner {
+                        field,
+                        holds: holds(count),
+                    },
+                    leases: leases
+                        .into_iter()
+                        .map(|ms| (ms > 0).then(|| Duration::from_millis(ms as u64)))
+                        .collect(),
+                });
+            }
+        }
+        RwLockState {
+            mode,
+            writer,
+            readers,
+            ttl: (raw.pttl_ms >= 0).then(|| Duration::from_millis(raw.pttl_ms as u64)),
+            server_time: at_ms(raw.now_ms),
+        }
+    }
+}
+
+/// One read holder field of a [`ReadWriteLock`](crate::ReadWriteLock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reader {
+    /// The field and its hold count.
+    pub owner: Owner,
+    /// The remaining time of the lease key of each hold (1 first; `None` when the key is gone,
+    /// or has no expiry, which Redisson's rule counts as dead too).
+    pub leases: Vec<Option<Duration>>,
+}
+
+impl Reader {
+    /// Whether the reader still counts: a Redisson read unlock treats a reader whose lease keys
+    /// all expired as dead (its field stays in the hash until the next unlock cleans up).
+    pub fn alive(&self) -> bool {
+        self.leases.iter().any(Option::is_some)
+    }
+}
+
 /// A snapshot of one lock, read atomically.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

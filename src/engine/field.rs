@@ -302,10 +302,9 @@ impl Held {
 
     /// The holder id: the part of the owner field after the client id.
     pub(crate) fn holder_id(&self) -> i64 {
-        self.field
-            .rsplit(':')
-            .next()
-            .and_then(|id| id.parse().ok())
+        // (A writer's field ends in `:write` after the id; `split_field` drops that.)
+        crate::keys::split_field(&self.field)
+            .1
             .expect("an owner field this client built ends with its holder id")
     }
 

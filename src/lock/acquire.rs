@@ -159,7 +159,7 @@ async fn acquire_inner(
             started.checked_add(wait)
         }
     };
-    let field = inner.field(req.holder);
+    let field = spec.owner_field(inner.field(req.holder));
     let held = inner.helds.get(inner, spec, &field)?;
     if req.per_call {
         held.mark_per_call();
@@ -285,6 +285,9 @@ impl Waiter {
         };
         loop {
             let sent = Instant::now();
+            // Messages a broadcasting mailbox (a read-write lock's) had before this attempt: one
+            // that comes while the attempt runs is seen before we sleep.
+            let seen = self.subscription.as_ref().map(|s| s.mail().seq());
             let Some((outcome, turn)) = self.attempt(turn_deadline).await else {
                 tracing::debug!("wait elapsed in the field's line");
                 return Ok(None);
@@ -378,15 +381,24 @@ impl Waiter {
                         .map(|s| s.mail().clone())
                         .expect("subscribed above");
                     self.woken_by_message = None;
-                    tokio::select! {
-                        _ = mail.notify().notified() => {
-                            self.woken_by_message = Some(Instant::now());
-                            tracing::trace!("woken by message")
-                        }
-                        _ = tokio::time::sleep_until(wake_at.into()) => tracing::trace!("woken by timer"),
-                        _ = shut_down(&mut closed) => {
-                            // Our Drop leaves the queue in the background.
-                            return Err(Error::Shutdown);
+                    let notified = mail.notify().notified();
+                    tokio::pin!(notified);
+                    // Registered before the check below, so a broadcast after it wakes us.
+                    notified.as_mut().enable();
+                    if seen.is_some_and(|seen| seen != mail.seq()) {
+                        self.woken_by_message = Some(Instant::now());
+                        tracing::trace!("a message came during the attempt");
+                    } else {
+                        tokio::select! {
+                            _ = &mut notified => {
+                                self.woken_by_message = Some(Instant::now());
+                                tracing::trace!("woken by message")
+                            }
+                            _ = tokio::time::sleep_until(wake_at.into()) => tracing::trace!("woken by timer"),
+                            _ = shut_down(&mut closed) => {
+                                // Our Drop leaves the queue in the background.
+                                return Err(Error::Shutdown);
+                            }
                         }
                     }
                     self.inner.check_open()?;

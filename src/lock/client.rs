@@ -16,6 +16,7 @@ use crate::error::Result;
 use crate::lock::fair::FairLock;
 use crate::lock::holder::Holder;
 use crate::lock::plain::NonFairLock;
+use crate::lock::rw::ReadWriteLock;
 
 /// A connection to Redis for taking locks. Cheap to clone; every clone shares the same
 /// connections and background tasks.
@@ -103,6 +104,13 @@ impl Client {
     #[must_use = "a lock handle does nothing until one of its methods is called"]
     pub fn lock(&self, name: impl Into<String>) -> NonFairLock {
         NonFairLock::new(self.inner.clone(), name.into())
+    }
+
+    /// A read-write lock on `name`, in Redisson's `RReadWriteLock` layout (see
+    /// [`ReadWriteLock`]). No I/O; an invalid name is reported by the first operation.
+    #[must_use = "a lock handle does nothing until one of its methods is called"]
+    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self.inner.clone(), name.into())
     }
 
     /// Checks the client for a readiness probe: one `PING` on its command connection (bounded by

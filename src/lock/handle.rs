@@ -118,7 +118,37 @@ impl Handle {
     pub(crate) async fn is_locked(&self) -> Result<bool> {
         let spec = self.spec()?;
         let mut conn = self.inner.conn.clone();
-        Ok(conn.exists(spec.name()).await?)
+        match spec.kind {
+            Kind::Fair | Kind::NonFair => Ok(conn.exists(spec.name()).await?),
+            // Redisson's `isLocked` of each side of an `RReadWriteLock`.
+            Kind::Read | Kind::Write => {
+                let (mode, fields): (Option<String>, i64) = redis::pipe()
+                    .hget(spec.name(), "mode")
+                    .hlen(spec.name())
+                    .query_async(&mut conn)
+                    .await?;
+                Ok(match (spec.kind, mode.as_deref()) {
+                    (Kind::Read, Some("read")) => true,
+                    (Kind::Read, Some("write")) => fields > 2,
+                    (Kind::Write, Some("write")) => true,
+                    _ => false,
+                })
+            }
+        }
+    }
+
+    pub(crate) async fn rw_state(&self) -> Result<crate::state::RwLockState> {
+        let spec = self.spec()?;
+        let mut conn = self.inner.conn.clone();
+        Ok(crate::state::RwLockState::from_raw(
+            ops::rw_state(&mut conn, spec).await?,
+        ))
+    }
+
+    pub(crate) async fn rw_force_unlock(&self, side: Option<Kind>) -> Result<bool> {
+        let spec = self.spec()?;
+        let mut conn = self.inner.conn.clone();
+        ops::rw_force_unlock(&mut conn, spec, side).await
     }
 
     pub(crate) async fn hold_count(&self) -> Result<u32> {
@@ -126,7 +156,7 @@ impl Handle {
         let mut conn = self.inner.conn.clone();
         let count: i64 = match self.holder {
             Some(holder) => {
-                let field = self.inner.field(holder.id());
+                let field = spec.owner_field(self.inner.field(holder.id()));
                 let count: Option<i64> = conn.hget(spec.name(), &*field).await?;
                 count.unwrap_or(0)
             }
@@ -137,6 +167,12 @@ impl Handle {
                 fields
                     .iter()
                     .filter(|(field, _)| field.starts_with(&prefix))
+                    // The sides of a read-write lock count their own fields only.
+                    .filter(|(field, _)| match spec.kind {
+                        Kind::Read => !field.ends_with(":write"),
+                        Kind::Write => field.ends_with(":write"),
+                        Kind::Fair | Kind::NonFair => true,
+                    })
                     .filter_map(|(_, count)| count.parse::<i64>().ok())
                     .sum()
             }

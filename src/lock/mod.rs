@@ -10,3 +10,4 @@ pub(crate) mod guard;
 pub(crate) mod handle;
 pub(crate) mod holder;
 pub(crate) mod plain;
+pub(crate) mod rw;

@@ -20,8 +20,9 @@ fn evalsha(script: &redis::Script, keys: usize) -> Cmd {
     cmd
 }
 
-/// One renewal entry: lock name and our field.
-pub(crate) type RenewItem<'a> = (&'a str, &'a str);
+/// One renewal entry: lock name, our field, and the base of its lease keys for a read hold of a
+/// read-write lock (`""` otherwise; see `renew.lua`).
+pub(crate) type RenewItem<'a> = (&'a str, &'a str, &'a str);
 
 /// Renews a group of held locks in chunks of `batch`, pipelined. One result per entry, in order:
 /// `Ok(true)` renewed, `Ok(false)` our field is gone, `Err` the renewal of its pipeline failed
@@ -34,7 +35,7 @@ pub(crate) async fn renew(
 ) -> Vec<Result<bool>> {
     let batch = batch.max(1);
     let mut out: Vec<Result<bool>> = vec![Ok(false); items.len()];
-    let groups = slot_groups(conn, items.iter().map(|(name, _)| *name));
+    let groups = slot_groups(conn, items.iter().map(|(name, _, _)| *name));
     let calls: usize = groups.iter().map(|g| g.len().div_ceil(batch)).sum();
     crate::metrics::renewal_calls(calls as u64);
     let mut settle = |group: &[usize], reply: Result<Vec<bool>>| match reply {
@@ -101,7 +102,7 @@ async fn renew_group(
         }
         cmd.arg(ttl_ms);
         for &i in chunk {
-            cmd.arg(items[i].1);
+            cmd.arg(items[i].1).arg(items[i].2);
         }
         pipe.add_command(cmd);
     }

@@ -12,7 +12,7 @@ use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::keys::{Kind, LockSpec};
 use crate::scripts;
-use crate::state::RawState;
+use crate::state::{RawRwState, RawState};
 
 /// How an acquire attempt may use the fair queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,8 +167,35 @@ pub(crate) async fn acquire(
                 .invoke_async(conn)
                 .await?
         }
+        Kind::Read => {
+            scripts::RW_READ_ACQUIRE
+                .key(keys.name())
+                .key(keys.lease_base())
+                .arg(args.lease_ms)
+                .arg(&*args.field)
+                .arg(expected)
+                .arg(format!("{}:write", args.field))
+                .invoke_async(conn)
+                .await?
+        }
+        Kind::Write => {
+            scripts::RW_WRITE_ACQUIRE
+                .key(keys.name())
+                .key(keys.token())
+                .arg(args.lease_ms)
+                .arg(&*args.field)
+                .arg(expected)
+                .arg(fenced)
+                .arg(read_field(&args.field))
+                .invoke_async(conn)
+                .await?
+        }
     };
     match reply.as_slice() {
+        [-2, 0, 0] => Err(Error::UpgradeRefused {
+            name: keys.name().to_owned(),
+            field: read_field(&args.field).to_owned(),
+        }),
         [code @ (1 | 2), count, token] if *count > 0 => Ok(Attempt::Acquired {
             count: *count as u64,
             adopted: *code == 2,
@@ -209,6 +236,12 @@ pub(crate) async fn unlock(
             i
         }
         Kind::NonFair => scripts::LOCK_UNLOCK.key(keys.name()),
+        Kind::Read => {
+            let mut i = scripts::RW_READ_UNLOCK.key(keys.name());
+            i.key(keys.lease_base());
+            i
+        }
+        Kind::Write => scripts::RW_WRITE_UNLOCK.key(keys.name()),
     };
     let reply: Vec<i64> = invocation
         .arg(field)
@@ -217,7 +250,7 @@ pub(crate) async fn unlock(
         .arg(dark)
         .arg(release.remaining_ttl_ms)
         .arg(publish)
-        .arg(keys.channel())
+        .arg(spec.release_channel())
         .invoke_async(conn)
         .await?;
     match reply.as_slice() {
@@ -286,6 +319,7 @@ pub(crate) async fn extend(
         .key(spec.keys.name())
         .arg(ttl_ms)
         .arg(field)
+        .arg(spec.renewal_base())
         .invoke_async(conn)
         .await?;
     match reply.as_slice() {
@@ -321,8 +355,58 @@ pub(crate) async fn force_unlock(conn: &mut Conn, spec: &LockSpec) -> Result<boo
                 .invoke_async(conn)
                 .await?
         }
+        Kind::Read | Kind::Write => {
+            return rw_force_unlock(conn, spec, Some(spec.kind)).await;
+        }
     };
     Ok(deleted == 1)
+}
+
+/// Deletes a read-write lock whoever holds it: only while it is in the mode of `side`
+/// (Redisson's force unlock of that side), in any mode when `None`. Returns whether it was
+/// deleted.
+pub(crate) async fn rw_force_unlock(
+    conn: &mut Conn,
+    spec: &LockSpec,
+    side: Option<Kind>,
+) -> Result<bool> {
+    let keys = &spec.keys;
+    let publish = conn.publish_command();
+    let mode = match side {
+        Some(Kind::Read) => "read",
+        Some(Kind::Write) => "write",
+        _ => "",
+    };
+    let deleted: i64 = scripts::RW_FORCE_UNLOCK
+        .key(keys.name())
+        .arg(mode)
+        .arg(publish)
+        .arg(keys.rw_channel())
+        .invoke_async(conn)
+        .await?;
+    Ok(deleted == 1)
+}
+
+/// The read field of a holder whose write field is `write_field` (`…:write` without the suffix).
+fn read_field(write_field: &str) -> &str {
+    write_field.strip_suffix(":write").unwrap_or(write_field)
+}
+
+/// An atomic snapshot of a read-write lock (see `rw_state.lua`).
+pub(crate) async fn rw_state(conn: &mut Conn, spec: &LockSpec) -> Result<RawRwState> {
+    let keys = &spec.keys;
+    let (now_ms, pttl_ms, mode, holders): (i64, i64, String, Vec<(String, i64, Vec<i64>)>) =
+        scripts::RW_STATE
+            .key(keys.name())
+            .key(keys.lease_base())
+            .invoke_async(conn)
+            .await?;
+    Ok(RawRwState {
+        now_ms,
+        pttl_ms,
+        mode,
+        holders,
+    })
 }
 
 /// An atomic snapshot of the lock (see `state.lua`).

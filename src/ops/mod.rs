@@ -8,6 +8,6 @@ pub(crate) mod replica;
 pub(crate) mod retry;
 
 pub(crate) use calls::{
-    acquire, extend, force_unlock, give_up, state, unlock, AcquireArgs, Attempt, Mode, ReleaseArgs,
-    Released, Unlocked,
+    acquire, extend, force_unlock, give_up, rw_force_unlock, rw_state, state, unlock, AcquireArgs,
+    Attempt, Mode, ReleaseArgs, Released, Unlocked,
 };

@@ -83,29 +83,61 @@ impl Grant {
 
 /// What the waiters of one channel are woken through: a `Notify` poked once per message, and the
 /// last direct grant announced on the channel, kept until a waiter takes it.
+///
+/// A read-write lock's channel broadcasts instead: every message wakes every waiter of the
+/// channel (a writer leaving may let all waiting readers in at once) and counts one in `seq`,
+/// which a waiter reads before its attempt and checks before it sleeps, so a message that came
+/// in between is never missed (`notify_waiters` stores no permit).
 #[derive(Debug, Default)]
 pub(crate) struct Mailbox {
     notify: Notify,
     grant: Mutex<Option<Grant>>,
+    broadcast: bool,
+    seq: std::sync::atomic::AtomicU64,
 }
 
 impl Mailbox {
-    /// Poked once per message on the channel (a permit is stored when nobody is waiting).
+    /// The mailbox of `channel`: broadcasting for a read-write lock's channel.
+    pub(crate) fn for_channel(channel: &str) -> Self {
+        let broadcast = channel
+            .strip_prefix(crate::keys::RW_CHANNEL_PREFIX)
+            .is_some_and(|rest| rest.starts_with(':'));
+        Mailbox {
+            broadcast,
+            ..Mailbox::default()
+        }
+    }
+
+    /// Poked once per message on the channel (a permit is stored when nobody is waiting; a
+    /// broadcasting mailbox wakes whoever is registered and counts the message in
+    /// [`seq`](Self::seq)).
     pub(crate) fn notify(&self) -> &Notify {
         &self.notify
     }
 
-    /// Wakes one waiter without a message (a heartbeat's finding, a reconnect).
-    pub(crate) fn wake(&self) {
-        self.notify.notify_one();
+    /// Messages (and wake-ups) a broadcasting mailbox has had so far.
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// A message arrived: keeps it when it is a grant, then wakes one waiter.
+    /// Wakes one waiter without a message (a heartbeat's finding, a reconnect); every waiter of
+    /// a broadcasting mailbox.
+    pub(crate) fn wake(&self) {
+        if self.broadcast {
+            self.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.notify.notify_waiters();
+        } else {
+            self.notify.notify_one();
+        }
+    }
+
+    /// A message arrived: keeps it when it is a grant, then wakes one waiter (every waiter of a
+    /// broadcasting mailbox).
     fn post(&self, payload: &[u8]) {
         if let Some(grant) = Grant::parse(payload) {
             *self.grant.lock().unwrap_or_else(|p| p.into_inner()) = Some(grant);
         }
-        self.notify.notify_one();
+        self.wake();
     }
 
     /// Takes the grant announced last, if any.

@@ -99,14 +99,14 @@ impl Registry {
                 state.dirty.push(channel.to_owned());
                 state.channels.entry(channel.to_owned()).or_insert(Slot {
                     refs: 0,
-                    mail: Arc::new(Mailbox::default()),
+                    mail: Arc::new(Mailbox::for_channel(channel)),
                     live: false,
                     idle_since: None,
                 })
             }
         };
         if slot.refs == 0 && slot.idle_since.take().is_some() {
-            slot.mail = Arc::new(Mailbox::default());
+            slot.mail = Arc::new(Mailbox::for_channel(channel));
         }
         slot.refs += 1;
         (slot.mail.clone(), slot.live)

@@ -190,9 +190,9 @@ impl Watchdog {
         tracing::debug!(locks = items.len(), "renewing");
         tokio::spawn(async move {
             let sent = Instant::now();
-            let pairs: Vec<(&str, &str)> = items
+            let pairs: Vec<(&str, &str, &str)> = items
                 .iter()
-                .map(|(h, _, _)| (h.name(), &*h.field))
+                .map(|(h, _, _)| (h.name(), &*h.field, h.spec.renewal_base()))
                 .collect();
             let results = batch::renew(&mut conn, &pairs, ttl_ms, batch).await;
             drop(pairs);

@@ -1,0 +1,56 @@
+-- Read-write lock, read side: one acquire attempt (RReadWriteLock layout, PROTOCOL 10), a
+-- compare-and-set on our hold count, so sending the same attempt twice never adds a second hold.
+--
+-- KEYS[1] the lock hash NAME (field `mode` = 'read' | 'write', plus one field per holder)
+-- KEYS[2] the base the lease keys are named from: `{NAME}`, or NAME when it has a hash tag
+-- ARGV[1] lease in ms, ARGV[2] our read field '<client uuid>:<holder id>', ARGV[3] the hold count
+-- the caller believes Redis has for it, ARGV[4] our write field (the same plus ':write')
+--
+-- Every read hold numbered k has a lease key `<base>:<field>:rwlock_timeout:<k>` (a string with a
+-- PX), as Redisson's readers do: a Redisson read unlock counts a reader as alive only through its
+-- lease keys. Invariant kept here and by the renewal: each of our lease keys of a field lives at
+-- least as long as the longest need of any of the field's holds, so releasing the top-numbered
+-- hold (whatever lease it had) never leaves the others short.
+--
+-- Reply: {1, count, 0} taken or re-entered; {2, count, 0} the caller's count + 1 was already there
+--        (an earlier send of this attempt took it; taken up, not added); {0, 0, pttl} a writer
+--        holds the lock; pttl = its remaining TTL (-1: no expiry).
+
+local name, base = KEYS[1], KEYS[2]
+local lease, field, expected, write_field = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local prefix = base .. ':' .. field .. ':rwlock_timeout:'
+
+-- Every lease key of ours (1..count) lives at least `lease` from now; the hash too.
+local function cover(count)
+  for k = 1, count do
+    local key = prefix .. k
+    local left = redis.call('PTTL', key)
+    if left == -2 then
+      redis.call('SET', key, 1, 'PX', lease)
+    elseif left < lease then
+      redis.call('PEXPIRE', key, lease)
+    end
+  end
+  if redis.call('PTTL', name) < lease then
+    redis.call('PEXPIRE', name, lease)
+  end
+end
+
+local mode = redis.call('HGET', name, 'mode')
+if mode == false then
+  redis.call('HSET', name, 'mode', 'read', field, 1)
+  redis.call('SET', prefix .. 1, 1, 'PX', lease)
+  redis.call('PEXPIRE', name, lease)
+  return {1, 1, 0}
+end
+local held = tonumber(redis.call('HGET', name, field)) or 0
+if held > 0 and held == expected + 1 then
+  cover(held)
+  return {2, held, 0}
+end
+if mode == 'read' or redis.call('HEXISTS', name, write_field) == 1 then
+  local count = redis.call('HINCRBY', name, field, 1)
+  cover(count)
+  return {1, count, 0}
+end
+return {0, 0, redis.call('PTTL', name)}

@@ -1,0 +1,77 @@
+-- Read-write lock, read side: release holds (RReadWriteLock layout, PROTOCOL 10), a
+-- compare-and-set on our hold count, so sending the same release twice never releases twice.
+--
+-- KEYS[1] the lock hash NAME, KEYS[2] the base the lease keys are named from (`{NAME}`, or NAME
+-- when it has a hash tag)
+-- ARGV[1] our read field, ARGV[2] the hold count the caller believes Redis has for it,
+-- ARGV[3] how many holds to release, ARGV[4] '1' when an attempt of the caller may have added one
+-- hold it never saw (it is released too when it is there), ARGV[5] the TTL (ms) the remaining
+-- holds need (-1: as they are), ARGV[6] publish command, ARGV[7] the lock's channel
+--
+-- Releasing hold k deletes lease key k, as Redisson does (the top-numbered one: every key of ours
+-- lives as long as our longest need, see rw_read_acquire.lua). When our field is gone, the lock
+-- lives on for whoever still holds it: the hash's TTL becomes the longest of every reader's live
+-- lease keys (Redisson's rule: a reader whose lease keys expired is dead), or, when nobody is
+-- alive in read mode, the hash is deleted and '0' is published (the last reader left).
+--
+-- Reply: {1, 0} our field is gone (the lock is free, or others still hold it), {0, count} holds
+--        of ours remain, {2, 0} the lock no longer existed, {-1, 0} we hold no read lock on it,
+--        {3, count} our count is not what the caller believes: nothing was changed.
+
+local name, base = KEYS[1], KEYS[2]
+local field, expected, by = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local dark, remaining_ttl = ARGV[4] == '1', tonumber(ARGV[5])
+local publish_cmd, channel = ARGV[6], ARGV[7]
+local prefix = base .. ':' .. field .. ':rwlock_timeout:'
+
+local held = tonumber(redis.call('HGET', name, field)) or 0
+if held == 0 then
+  if redis.call('EXISTS', name) == 0 then
+    return {2, 0}
+  end
+  return {-1, 0}
+end
+if held ~= expected then
+  if dark and held == expected + 1 then
+    by = by + 1
+  else
+    return {3, held}
+  end
+end
+for k = held, math.max(held - by, 0) + 1, -1 do
+  redis.call('DEL', prefix .. k)
+end
+if held > by then
+  redis.call('HINCRBY', name, field, -by)
+  if remaining_ttl > 0 and redis.call('PTTL', name) < remaining_ttl then
+    redis.call('PEXPIRE', name, remaining_ttl)
+  end
+  return {0, held - by}
+end
+redis.call('HDEL', name, field)
+
+local mode = redis.call('HGET', name, 'mode')
+if redis.call('HLEN', name) > 1 then
+  if mode == 'write' then
+    -- We were the writer's own read holds (a downgrade in progress): the writer keeps the lock
+    -- and its TTL.
+    return {1, 0}
+  end
+  local longest = -3
+  for _, other in ipairs(redis.call('HKEYS', name)) do
+    local count = tonumber(redis.call('HGET', name, other))
+    if count then
+      local keys = base .. ':' .. other .. ':rwlock_timeout:'
+      for k = count, 1, -1 do
+        longest = math.max(longest, redis.call('PTTL', keys .. k))
+      end
+    end
+  end
+  if longest > 0 then
+    redis.call('PEXPIRE', name, longest)
+    return {1, 0}
+  end
+end
+redis.call('DEL', name)
+redis.call(publish_cmd, channel, '0')
+return {1, 0}
