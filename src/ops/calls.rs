@@ -395,12 +395,12 @@ fn read_field(write_field: &str) -> &str {
 /// An atomic snapshot of a read-write lock (see `rw_state.lua`).
 pub(crate) async fn rw_state(conn: &mut Conn, spec: &LockSpec) -> Result<RawRwState> {
     let keys = &spec.keys;
-    let (now_ms, pttl_ms, mode, holders): (i64, i64, String, Vec<(String, i64, Vec<i64>)>) =
-        scripts::RW_STATE
-            .key(keys.name())
-            .key(keys.lease_base())
-            .invoke_async(conn)
-            .await?;
+    type Holders = Vec<(String, i64, Vec<i64>)>;
+    let (now_ms, pttl_ms, mode, holders): (i64, i64, String, Holders) = scripts::RW_STATE
+        .key(keys.name())
+        .key(keys.lease_base())
+        .invoke_async(conn)
+        .await?;
     Ok(RawRwState {
         now_ms,
         pttl_ms,
