@@ -12,7 +12,8 @@
 -- lives as long as our longest need, see rw_read_acquire.lua). When our field is gone, the lock
 -- lives on for whoever still holds it: the hash's TTL becomes the longest of every reader's live
 -- lease keys (Redisson's rule: a reader whose lease keys expired is dead), or, when nobody is
--- alive in read mode, the hash is deleted and '0' is published (the last reader left).
+-- alive in read mode, the hash is deleted and '0' is published (the last reader left). '0' is
+-- also published when the TTL is cut by more than half (see below).
 --
 -- Reply: {1, 0} our field is gone (the lock is free, or others still hold it), {0, count} holds
 --        of ours remain, {2, 0} the lock no longer existed, {-1, 0} we hold no read lock on it,
@@ -68,7 +69,15 @@ if redis.call('HLEN', name) > 1 then
     end
   end
   if longest > 0 then
+    -- Waiters sleep at most the TTL they were told; when the lock now ends much sooner (the
+    -- readers left are dead ones, or ones with short leases), they are told to look again:
+    -- '0' makes a Redisson waiter retry too, which is harmless. Live watchdog readers keep
+    -- their keys above two thirds of the timeout, so their leaving never wakes anybody.
+    local before = redis.call('PTTL', name)
     redis.call('PEXPIRE', name, longest)
+    if longest < before / 2 then
+      redis.call(publish_cmd, channel, '0')
+    end
     return {1, 0}
   end
 end

@@ -1164,30 +1164,7 @@ const ROLE_ENV: &str = "FAIRLOCK_INTEROP_ROLE";
 /// Starts this test binary again as a child that runs `test` in `role` (the test checks
 /// `ROLE_ENV` first) against `url`, and waits until it prints `READY`.
 fn spawn_role(test: &str, role: &str, url: &str) -> std::process::Child {
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, role)
-        .env("FAIRLOCK_INTEROP_URL", url)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if line.trim_end().ends_with("READY") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(20))
-        .expect("the child process never became READY");
-    child
+    support::spawn_role(test, &[(ROLE_ENV, role), ("FAIRLOCK_INTEROP_URL", url)])
 }
 
 /// In a child process: its role and the server URL.

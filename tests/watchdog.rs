@@ -3,8 +3,7 @@
 
 use fairlock_testkit as support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use fairlock::{Client, LostReason};
@@ -26,30 +25,17 @@ async fn fast_client(url: &str, watchdog: Duration, liveness: Duration) -> Clien
         .unwrap()
 }
 
-/// Starts this very test binary again as a child process that runs `test` in the role `role`
-/// (the test checks `ROLE_ENV` first), and waits until the child prints `READY`.
+/// Starts this test binary again as a child that runs `test` in the role `role` (the test checks
+/// `ROLE_ENV` first), and waits until the child prints `READY`.
 fn spawn_role(test: &str, role: &str, url: &str, name: &str) -> Child {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, role)
-        .env("FAIRLOCK_TEST_URL", url)
-        .env("FAIRLOCK_TEST_NAME", name)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if line.trim_end().ends_with("READY") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(20))
-        .expect("child process never became READY");
-    child
+    support::spawn_role(
+        test,
+        &[
+            (ROLE_ENV, role),
+            ("FAIRLOCK_TEST_URL", url),
+            ("FAIRLOCK_TEST_NAME", name),
+        ],
+    )
 }
 
 /// In a child process: the role it was started for, with its URL and lock name.

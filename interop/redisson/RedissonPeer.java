@@ -41,7 +41,8 @@ import org.redisson.config.SubscriptionMode;
  * replies:    ID ok [VALUE]      lock: the fencing token for KIND fenced, else nothing;
  *                                trylock: true|false [token]; force, held: true|false; ttl: ms
  *             ID err EXCEPTION-CLASS MESSAGE
- * KIND:       fair (getFairLock), plain (getLock), fenced (getFencedLock)
+ * KIND:       fair (getFairLock), plain (getLock), fenced (getFencedLock),
+ *             read, write (getReadWriteLock(NAME).readLock(), .writeLock())
  * </pre>
  */
 public final class RedissonPeer {
@@ -215,6 +216,10 @@ public final class RedissonPeer {
                     return redisson.getLock(name);
                 case "fenced":
                     return redisson.getFencedLock(name);
+                case "read":
+                    return redisson.getReadWriteLock(name).readLock();
+                case "write":
+                    return redisson.getReadWriteLock(name).writeLock();
                 default:
                     throw new IllegalArgumentException("unknown lock kind " + kind);
             }

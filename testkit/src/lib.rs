@@ -40,6 +40,7 @@
 //! The TLS test always runs Debian's Redis 7.0 ([`tls_server_binary`], the PyPI builds have no
 //! TLS): TLS is a client feature, so it is checked the same whatever server is under test.
 
+mod child;
 mod cluster;
 mod events;
 pub mod history;
@@ -55,6 +56,7 @@ mod tls;
 mod topology;
 mod wait;
 
+pub use child::spawn_role;
 pub use cluster::RedisCluster;
 pub use events::EventCount;
 pub use java::{peer_classpath, JavaOptions, JavaPeer, JavaTopology, Pending, Reply};

@@ -1,0 +1,335 @@
+//! The read-write lock shared with the real Redisson (`RReadWriteLock` in a JVM, driven by
+//! `interop/redisson/RedissonPeer.java`), on one server and on a cluster: Java and Rust readers
+//! together, writers of either side waiting behind readers of the other and woken by their
+//! messages, downgrades on both sides, a killed JVM reader and a killed Rust reader that stop
+//! counting when their lease keys expire, and Redisson's `forceUnlock` seen by our guards as lost.
+
+use fairlock_testkit as support;
+
+use std::time::{Duration, Instant};
+
+use fairlock::{Client, LostReason, RwMode};
+use redis::Commands;
+use support::{
+    sigkill, spawn_role, wait_until, JavaOptions, JavaPeer, JavaTopology, RedisCluster, RedisServer,
+};
+
+const ROLE_ENV: &str = "FAIRLOCK_RW_ROLE";
+const ANSWER: Duration = Duration::from_secs(10);
+
+fn single(server: &RedisServer) -> JavaOptions {
+    JavaOptions::new(JavaTopology::Single(server.url()))
+}
+
+async fn client(url: &str, watchdog: Duration) -> Client {
+    Client::builder()
+        .standalone(url)
+        .watchdog_timeout(watchdog)
+        .timer_tick(Duration::from_millis(10))
+        .build()
+        .await
+        .unwrap()
+}
+
+fn lease_key(name: &str, field: &str, k: u32) -> String {
+    format!("{{{name}}}:{field}:rwlock_timeout:{k}")
+}
+
+/// Java and Rust readers hold together; a writer of either side waits behind the other side's
+/// readers and enters when the last of them leaves (woken by the `0` message, long before any
+/// TTL); a reader of either side waits behind the other side's writer (woken by `1`).
+async fn readers_and_writers_across_sides(peer: &JavaPeer, c: &Client, name: &str) {
+    let rw = c.read_write_lock(name);
+    // Readers of both sides at once; no writer of either side meanwhile.
+    peer.call(&format!("lock read {name} 1 -1"))
+        .await
+        .ok("java read");
+    let ours = rw.read_lock().lock().await.unwrap();
+    assert!(rw
+        .write_lock()
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
+    let no = peer.call(&format!("trylock write {name} 2 0 -1")).await;
+    assert_eq!(no.ok("java write try"), "false");
+    let state = rw.state().await.unwrap();
+    assert_eq!(state.mode, Some(RwMode::Read));
+    assert_eq!(state.readers.len(), 2);
+    assert!(
+        state.readers.iter().all(|r| r.alive()),
+        "both sides keep lease keys"
+    );
+
+    // A Rust writer waits behind both; it enters when the Java reader, the last, leaves.
+    let w = rw.write_lock();
+    let writer = tokio::spawn(async move { w.lock().await });
+    ours.unlock().await.unwrap();
+    assert!(!writer.is_finished());
+    let left = Instant::now();
+    peer.call(&format!("unlock read {name} 1"))
+        .await
+        .ok("java read unlock");
+    let w = tokio::time::timeout(ANSWER, writer)
+        .await
+        .expect("the Rust writer is woken by Java's last reader")
+        .unwrap()
+        .unwrap();
+    assert!(
+        left.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        left.elapsed()
+    );
+
+    // A Java reader waits behind the Rust writer, and is let in by its `1`.
+    let java_reader = peer.send(&format!("lock read {name} 3 -1"));
+    tokio::task::yield_now().await;
+    let left = Instant::now();
+    w.unlock().await.unwrap();
+    java_reader
+        .wait(ANSWER)
+        .await
+        .ok("java read after the Rust writer");
+    assert!(
+        left.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        left.elapsed()
+    );
+
+    // A Java writer waits behind that Java reader and a Rust reader; the Rust reader leaves last.
+    let ours = rw.read_lock().lock().await.unwrap();
+    let java_writer = peer.send(&format!("lock write {name} 4 -1"));
+    peer.call(&format!("unlock read {name} 3"))
+        .await
+        .ok("java read unlock");
+    let left = Instant::now();
+    ours.unlock().await.unwrap();
+    java_writer
+        .wait(ANSWER)
+        .await
+        .ok("java writer after the Rust reader");
+    assert!(
+        left.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        left.elapsed()
+    );
+
+    // A Rust reader waits behind the Java writer, let in by Java's `1`.
+    let r = rw.read_lock();
+    let reader = tokio::spawn(async move { r.lock().await });
+    let left = Instant::now();
+    peer.call(&format!("unlock write {name} 4"))
+        .await
+        .ok("java write unlock");
+    let ours = tokio::time::timeout(ANSWER, reader)
+        .await
+        .expect("the Rust reader is woken by Java's writer")
+        .unwrap()
+        .unwrap();
+    assert!(
+        left.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        left.elapsed()
+    );
+    ours.unlock().await.unwrap();
+    assert!(!rw.is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_and_rust_share_one_read_write_lock() {
+    let server = RedisServer::start();
+    let peer = JavaPeer::start(&single(&server));
+    let c = client(&server.url(), Duration::from_secs(30)).await;
+    readers_and_writers_across_sides(&peer, &c, "rw:java").await;
+    let mut raw = server.conn();
+    let left: Vec<String> = raw.keys("*rw:java*").unwrap();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_and_rust_share_one_read_write_lock_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let peer = JavaPeer::start(&JavaOptions::new(JavaTopology::Cluster(cluster.urls())));
+    let c = Client::builder()
+        .cluster(cluster.urls())
+        .build()
+        .await
+        .unwrap();
+    // A plain name (braces added to the lease keys) and a hash-tagged one.
+    readers_and_writers_across_sides(&peer, &c, "rw:cluster").await;
+    readers_and_writers_across_sides(&peer, &c, "{tag}rw").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downgrades_on_either_side_let_the_other_side_read() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let peer = JavaPeer::start(&single(&server));
+    let c = client(&server.url(), Duration::from_secs(30)).await;
+    let name = "rw:downgrade";
+    let rw = c.read_write_lock(name);
+
+    // Java: write, then read by the same thread, then release the write: read mode, and a Rust
+    // reader enters.
+    peer.call(&format!("lock write {name} 1 -1"))
+        .await
+        .ok("java write");
+    peer.call(&format!("lock read {name} 1 -1"))
+        .await
+        .ok("java read while writing");
+    assert!(rw
+        .read_lock()
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
+    peer.call(&format!("unlock write {name} 1"))
+        .await
+        .ok("java write unlock");
+    let ours = rw
+        .read_lock()
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("read mode after Java's downgrade");
+    ours.unlock().await.unwrap();
+    peer.call(&format!("unlock read {name} 1"))
+        .await
+        .ok("java read unlock");
+    assert!(!raw.exists::<_, bool>(name).unwrap());
+
+    // Rust: the same; a waiting Java reader is woken by the downgrade's `1` (Redisson itself
+    // publishes nothing there).
+    let me = c.holder();
+    let w = rw.write_lock().with_holder(me).lock().await.unwrap();
+    let r = rw.read_lock().with_holder(me).lock().await.unwrap();
+    let java_reader = peer.send(&format!("lock read {name} 2 -1"));
+    tokio::task::yield_now().await;
+    let left = Instant::now();
+    w.unlock().await.unwrap();
+    java_reader
+        .wait(ANSWER)
+        .await
+        .ok("java read after our downgrade");
+    assert!(
+        left.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        left.elapsed()
+    );
+    let mode: String = raw.hget(name, "mode").unwrap();
+    assert_eq!(mode, "read");
+    r.unlock().await.unwrap();
+    peer.call(&format!("unlock read {name} 2"))
+        .await
+        .ok("java read unlock");
+    assert!(!raw.exists::<_, bool>(name).unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_force_unlock_is_seen_as_lost() {
+    let server = RedisServer::start();
+    let peer = JavaPeer::start(&single(&server));
+    let c = client(&server.url(), Duration::from_millis(900)).await;
+    let name = "rw:forced";
+    let rw = c.read_write_lock(name);
+    let r = rw.read_lock().lock().await.unwrap();
+    let forced = peer.call(&format!("force read {name}")).await;
+    assert_eq!(forced.ok("java force read"), "true");
+    let reason = tokio::time::timeout(ANSWER, r.lost()).await.unwrap();
+    assert_eq!(reason, LostReason::Gone);
+    let w = rw.write_lock().lock().await.unwrap();
+    let forced = peer.call(&format!("force write {name}")).await;
+    assert_eq!(forced.ok("java force write"), "true");
+    let reason = tokio::time::timeout(ANSWER, w.lost()).await.unwrap();
+    assert_eq!(reason, LostReason::Gone);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_jvm_reader_stops_counting_at_its_lease() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mut peer = JavaPeer::start(&single(&server).watchdog_ms(1_500));
+    let c = client(&server.url(), Duration::from_secs(30)).await;
+    let name = "rw:jvm-dies";
+    let rw = c.read_write_lock(name);
+    peer.call(&format!("lock read {name} 1 -1"))
+        .await
+        .ok("java read");
+    let java_key = lease_key(name, &peer.field(1), 1);
+    assert!(raw.exists::<_, bool>(&java_key).unwrap());
+    let ours = rw.read_lock().lock().await.unwrap();
+    peer.kill();
+    let killed = Instant::now();
+    let w = rw.write_lock();
+    let writer = tokio::spawn(async move { w.lock().await });
+    ours.unlock().await.unwrap();
+    // The dead JVM's lease key still counts until it expires (≤ 1.5 s), then the writer enters:
+    // our unlock set the lock's TTL to that key's.
+    let w = tokio::time::timeout(ANSWER, writer)
+        .await
+        .expect("the writer enters once the dead reader's lease ran out")
+        .unwrap()
+        .unwrap();
+    assert!(!raw.exists::<_, bool>(&java_key).unwrap());
+    assert!(killed.elapsed() < Duration::from_secs(5));
+    w.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_rust_reader_stops_counting_at_its_lease() {
+    if let Ok(role) = std::env::var(ROLE_ENV) {
+        // The child: read-lock with a 1.5 s watchdog, say READY, and hang until killed.
+        let url = std::env::var("FAIRLOCK_RW_URL").unwrap();
+        let c = client(&url, Duration::from_millis(1_500)).await;
+        let guard = c.read_write_lock(role).read_lock().lock().await.unwrap();
+        println!("READY");
+        std::future::pending::<()>().await;
+        drop(guard);
+        return;
+    }
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let peer = JavaPeer::start(&single(&server));
+    let name = "rw:rust-dies";
+    let url = server.url();
+    let mut child = spawn_role(
+        "a_killed_rust_reader_stops_counting_at_its_lease",
+        &[(ROLE_ENV, name), ("FAIRLOCK_RW_URL", &url)],
+    );
+    peer.call(&format!("lock read {name} 1 -1"))
+        .await
+        .ok("java read");
+    sigkill(&mut child);
+    let killed = Instant::now();
+    // A Java writer waits; the Java reader leaves while the dead Rust reader's lease key still
+    // lives, so Redisson keeps the lock for it, then lets the writer in once it expired.
+    let java_writer = peer.send(&format!("lock write {name} 2 -1"));
+    peer.call(&format!("unlock read {name} 1"))
+        .await
+        .ok("java read unlock");
+    let mode: String = raw.hget(name, "mode").unwrap_or_default();
+    assert!(
+        mode == "read" || killed.elapsed() > Duration::from_millis(1_000),
+        "the dead Rust reader still counted: mode {mode:?}"
+    );
+    let entered = java_writer.wait(Duration::from_secs(40)).await;
+    entered.ok("java writer after the Rust reader's lease");
+    // The dead reader's lease key had at least 1 s left when it was killed (1.5 s, renewed every
+    // 0.5 s): Redisson's writer could not enter before most of that.
+    assert!(
+        entered.at >= killed + Duration::from_millis(500),
+        "the Java writer entered {:?} after the kill",
+        entered.at - killed
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(35),
+        "{:?}",
+        killed.elapsed()
+    );
+    peer.call(&format!("unlock write {name} 2"))
+        .await
+        .ok("java write unlock");
+    wait_until(Duration::from_secs(5), "lock gone", || {
+        !raw.exists::<_, bool>(name).unwrap()
+    });
+}
