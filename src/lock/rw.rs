@@ -245,6 +245,17 @@ macro_rules! side_methods {
             self.0.is_locked().await
         }
 
+        /// A snapshot of the whole lock (see [`ReadWriteLock::state`]).
+        ///
+        /// # Errors
+        /// As [`hold_count`](Self::hold_count).
+        ///
+        /// # Cancel safety
+        /// Cancel safe (a read).
+        pub async fn state(&self) -> Result<RwLockState> {
+            self.0.rw_state().await
+        }
+
         #[doc = concat!("Deletes the lock only if it is in ", $side, " mode (Redisson's `forceUnlock` of this")]
         /// side), whoever holds it, and wakes every waiter. Returns whether it was deleted.
         ///

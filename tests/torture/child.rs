@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fairlock::{Client, FairLock, Holder, LockGuard, NonFairLock};
+use fairlock::{Client, FairLock, Holder, LockGuard, NonFairLock, ReadLock, WriteLock};
 use fairlock_testkit::history::{mono_ns, Event, InstantClock, Outcome};
 use fairlock_testkit::redisson_peer::splitmix;
 use tracing::Instrument;
@@ -107,21 +107,43 @@ where
     }
 }
 
+/// Which kind of lock a call takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Fair,
+    Plain,
+    /// The read side of a read-write lock.
+    Read,
+    /// The write side of a read-write lock.
+    Write,
+}
+
 #[derive(Clone)]
 pub enum Handle {
     Fair(FairLock),
     Plain(NonFairLock),
+    Read(ReadLock),
+    Write(WriteLock),
 }
 
 impl Handle {
     /// A handle of `holder`: every call in this workload names its holder, so the log knows the
     /// owner field before the call (a call without one mints exactly such a fresh holder inside
-    /// the library; `tests/holders.rs` covers that path).
-    pub fn new(client: &Client, name: &str, fair: bool, holder: Holder) -> Handle {
-        if fair {
-            Handle::Fair(client.fair_lock(name).fenced().with_holder(holder))
-        } else {
-            Handle::Plain(client.lock(name).fenced().with_holder(holder))
+    /// the library; `tests/holders.rs` covers that path). Every kind but the read side is fenced.
+    pub fn new(client: &Client, name: &str, kind: Kind, holder: Holder) -> Handle {
+        match kind {
+            Kind::Fair => Handle::Fair(client.fair_lock(name).fenced().with_holder(holder)),
+            Kind::Plain => Handle::Plain(client.lock(name).fenced().with_holder(holder)),
+            Kind::Read => {
+                Handle::Read(client.read_write_lock(name).read_lock().with_holder(holder))
+            }
+            Kind::Write => Handle::Write(
+                client
+                    .read_write_lock(name)
+                    .write_lock()
+                    .fenced()
+                    .with_holder(holder),
+            ),
         }
     }
 
@@ -129,21 +151,54 @@ impl Handle {
         matches!(self, Handle::Fair(_))
     }
 
+    pub fn kind(&self) -> Kind {
+        match self {
+            Handle::Fair(_) => Kind::Fair,
+            Handle::Plain(_) => Kind::Plain,
+            Handle::Read(_) => Kind::Read,
+            Handle::Write(_) => Kind::Write,
+        }
+    }
+
     pub fn name(&self) -> &str {
         match self {
             Handle::Fair(l) => l.name(),
             Handle::Plain(l) => l.name(),
+            Handle::Read(l) => l.name(),
+            Handle::Write(l) => l.name(),
         }
     }
 
     pub async fn run(&self, acq: &Acq) -> fairlock::Result<Option<LockGuard>> {
-        match (self, acq.kind) {
-            (Handle::Fair(l), AcqKind::Lock) => l.lock().await.map(Some),
-            (Handle::Plain(l), AcqKind::Lock) => l.lock().await.map(Some),
-            (Handle::Fair(l), AcqKind::Lease(d)) => l.lock_with_lease(d).await.map(Some),
-            (Handle::Plain(l), AcqKind::Lease(d)) => l.lock_with_lease(d).await.map(Some),
-            (Handle::Fair(l), AcqKind::Try(w, d)) => l.try_lock(w, d).await,
-            (Handle::Plain(l), AcqKind::Try(w, d)) => l.try_lock(w, d).await,
+        match acq.kind {
+            AcqKind::Lock => match self {
+                Handle::Fair(l) => l.lock().await.map(Some),
+                Handle::Plain(l) => l.lock().await.map(Some),
+                Handle::Read(l) => l.lock().await.map(Some),
+                Handle::Write(l) => l.lock().await.map(Some),
+            },
+            AcqKind::Lease(d) => match self {
+                Handle::Fair(l) => l.lock_with_lease(d).await.map(Some),
+                Handle::Plain(l) => l.lock_with_lease(d).await.map(Some),
+                Handle::Read(l) => l.lock_with_lease(d).await.map(Some),
+                Handle::Write(l) => l.lock_with_lease(d).await.map(Some),
+            },
+            AcqKind::Try(w, d) => match self {
+                Handle::Fair(l) => l.try_lock(w, d).await,
+                Handle::Plain(l) => l.try_lock(w, d).await,
+                Handle::Read(l) => l.try_lock(w, d).await,
+                Handle::Write(l) => l.try_lock(w, d).await,
+            },
+        }
+    }
+
+    /// The lock's state, for a report.
+    pub async fn describe(&self) -> String {
+        match self {
+            Handle::Fair(l) => format!("{:?}", l.state().await),
+            Handle::Plain(l) => format!("{:?}", l.state().await),
+            Handle::Read(l) => format!("{:?}", l.state().await),
+            Handle::Write(l) => format!("{:?}", l.state().await),
         }
     }
 }
@@ -245,7 +300,10 @@ impl ChildCtx {
             self.proc,
             self.next_call.fetch_add(1, Ordering::SeqCst)
         );
-        let field = format!("{}:{holder}", client.0.id());
+        let mut field = format!("{}:{holder}", client.0.id());
+        if h.kind() == Kind::Write {
+            field.push_str(":write");
+        }
         self.log.log(Event::Call {
             id: id.clone(),
             proc: self.proc.clone(),
@@ -300,7 +358,7 @@ impl ChildCtx {
                     g.owner_field()
                 ));
             }
-            if g.fencing_token().is_none() {
+            if g.fencing_token().is_none() && h.kind() != Kind::Read {
                 self.anomaly(format!("call {id}: a fenced guard without a token"));
             }
         }
@@ -443,12 +501,16 @@ pub fn random_acq(rng: &mut Rng, ctx: &ChildCtx) -> Acq {
 
 pub async fn task_loop(ctx: Arc<ChildCtx>, task_no: usize, seed: u64, shared_holder: Option<i64>) {
     let mut rng = Rng::new(seed);
-    let mut names: Vec<(&str, bool)> = Vec::new();
+    let mut names: Vec<(&str, Kind)> = Vec::new();
     if ctx.has("fair") {
-        names.extend(FAIR_NAMES.iter().map(|n| (*n, true)));
+        names.extend(FAIR_NAMES.iter().map(|n| (*n, Kind::Fair)));
     }
     if ctx.has("plain") {
-        names.extend(PLAIN_NAMES.iter().map(|n| (*n, false)));
+        names.extend(PLAIN_NAMES.iter().map(|n| (*n, Kind::Plain)));
+    }
+    if ctx.has("rw") {
+        // The side is picked per round (below).
+        names.extend(RW_NAMES.iter().map(|n| (*n, Kind::Read)));
     }
     // A raw holder shared on purpose by two tasks of this process.
     let shared_holder = shared_holder.map(|id| Holder::from_raw(id).expect("a raw holder id"));
@@ -458,7 +520,10 @@ pub async fn task_loop(ctx: Arc<ChildCtx>, task_no: usize, seed: u64, shared_hol
             continue;
         }
         let client = ctx.current().await;
-        let pick = *rng.pick(&names);
+        let mut pick = *rng.pick(&names);
+        if pick.1 == Kind::Read && rng.chance(0.35) {
+            pick.1 = Kind::Write;
+        }
         if ctx.has("joined") && rng.chance(0.12) {
             // Several lock futures polled concurrently by this one task (`join!`, as
             // `for_each_concurrent`, `buffer_unordered` and `select!` loops do), on one name.
@@ -495,13 +560,13 @@ async fn one_round(
     ctx: &ChildCtx,
     mut rng: Rng,
     client: &(Client, String),
-    (name, fair): (&str, bool),
+    (name, kind): (&str, Kind),
     holder: Option<Holder>,
 ) {
     let shared = holder.is_some();
     let call_holder = || holder.unwrap_or_else(|| client.0.holder());
     let me = call_holder();
-    let h = Handle::new(&client.0, name, fair, me);
+    let h = Handle::new(&client.0, name, kind, me);
     // A `timeout()` retry loop around unbounded waits; a single call otherwise. Every attempt of
     // the loop is a new call, so without a shared holder each one is a new holder.
     let acq = random_acq(&mut rng, ctx);
@@ -516,7 +581,7 @@ async fn one_round(
     for attempt in 0..attempts {
         if attempt > 0 {
             me = call_holder();
-            h = Handle::new(&client.0, name, fair, me);
+            h = Handle::new(&client.0, name, kind, me);
         }
         let (g, outcome) = ctx.acquire(client, &h, me.id(), shared, false, acq).await;
         if g.is_some() || outcome != Outcome::Cancelled || ctx.stopping.load(Ordering::SeqCst) {
@@ -546,7 +611,14 @@ async fn one_round(
             },
             cancel_after: Some(rng.ms(100, 600)),
         };
-        let again = Handle::new(&client.0, name, fair, guard.holder());
+        // A writer's holder sometimes takes the read side instead: a downgrade.
+        let side = if kind == Kind::Write && rng.chance(0.5) {
+            ctx.count("downgrade");
+            Kind::Read
+        } else {
+            kind
+        };
+        let again = Handle::new(&client.0, name, side, guard.holder());
         let (inner, _) = ctx
             .acquire(client, &again, me.id(), shared, true, inner_acq)
             .await;
@@ -575,7 +647,7 @@ async fn one_round(
             cancel_after: Some(rng.ms(200, 2000)),
         };
         let next = call_holder();
-        let h = Handle::new(&client.0, name, fair, next);
+        let h = Handle::new(&client.0, name, kind, next);
         let (g, _) = ctx
             .acquire(client, &h, next.id(), shared, false, again)
             .await;

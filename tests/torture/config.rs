@@ -40,6 +40,13 @@ pub fn peer_config() -> PeerConfig {
 
 pub const FAIR_NAMES: [&str; 2] = ["torture-fair-a", "torture-fair-b"];
 pub const PLAIN_NAMES: [&str; 1] = ["torture-plain"];
+/// Read-write locks (`Client::read_write_lock`): readers share, a writer excludes everyone.
+pub const RW_NAMES: [&str; 1] = ["torture-rw"];
+
+/// Whether `name` is one of the read-write locks.
+pub fn is_rw_name(name: &str) -> bool {
+    RW_NAMES.contains(&name)
+}
 
 // ---------------------------------------------------------------------------------------------
 // A small seeded random generator (splitmix64).
@@ -91,7 +98,7 @@ pub const ALL_FAULTS: [&str; 8] = [
     "restart",
     "proxy",
 ];
-pub const ALL_OPS: [&str; 15] = [
+pub const ALL_OPS: [&str; 16] = [
     "lock",
     "lease",
     "try",
@@ -107,6 +114,7 @@ pub const ALL_OPS: [&str; 15] = [
     "java",
     "plain",
     "fair",
+    "rw",
 ];
 
 pub fn selection(var: &str, all: &[&str]) -> HashSet<String> {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::child::{build_client, Acq, AcqKind, Handle};
+use crate::child::{build_client, Acq, AcqKind, Handle, Kind};
 use crate::config::*;
 use crate::faults::admin_conn;
 
@@ -17,10 +17,12 @@ pub async fn leftovers(port: u16) -> Vec<String> {
     tokio::time::sleep(TIMING.liveness).await; // the window itself is the scenario
     let names = FAIR_NAMES
         .iter()
-        .map(|n| (*n, true))
-        .chain(PLAIN_NAMES.iter().map(|n| (*n, false)));
-    for (name, fair) in names {
-        let h = Handle::new(&c, name, fair, c.holder());
+        .map(|n| (*n, Kind::Fair))
+        .chain(PLAIN_NAMES.iter().map(|n| (*n, Kind::Plain)))
+        // The write side: free only when every reader left or died (its lease keys expired).
+        .chain(RW_NAMES.iter().map(|n| (*n, Kind::Write)));
+    for (name, kind) in names {
+        let h = Handle::new(&c, name, kind, c.holder());
         let until = Instant::now() + Duration::from_secs(15);
         loop {
             let acq = Acq {
@@ -32,10 +34,7 @@ pub async fn leftovers(port: u16) -> Vec<String> {
                 break;
             }
             if Instant::now() >= until {
-                let state = match &h {
-                    Handle::Fair(l) => format!("{:?}", l.state().await),
-                    Handle::Plain(l) => format!("{:?}", l.state().await),
-                };
+                let state = h.describe().await;
                 problems.push(format!(
                     "{name} could not be taken 15 s after the load stopped: {state}"
                 ));

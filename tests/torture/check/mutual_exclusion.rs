@@ -1,7 +1,24 @@
-//! Mutual exclusion (`mutual-exclusion`): two trusted holds of different owner fields on one
-//! name never overlap.
+//! Mutual exclusion (`mutual-exclusion`): two trusted holds of different holders on one name
+//! never overlap, except two read holds of a read-write lock. (A read-write lock's writer field
+//! is its holder's field plus `:write`: a writer and its own holder's read holds, a downgrade,
+//! are one holder.)
 
 use super::{by_name, Call, CheckStats, History, Violation};
+
+/// The holder of a call: its owner field without a writer's `:write`.
+fn holder(c: &Call) -> &str {
+    c.field.strip_suffix(":write").unwrap_or(&c.field)
+}
+
+/// Whether the call is a read hold of a read-write lock (shared with other readers).
+fn reads(c: &Call) -> bool {
+    crate::config::is_rw_name(&c.name) && !c.field.ends_with(":write")
+}
+
+/// Whether two holds may not overlap.
+fn conflict(a: &Call, b: &Call) -> bool {
+    holder(a) != holder(b) && !(reads(a) && reads(b))
+}
 
 /// Mutual exclusion over trusted intervals.
 pub fn check_mutual_exclusion(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
@@ -22,7 +39,7 @@ pub fn check_mutual_exclusion(h: &History, stats: &mut CheckStats) -> Vec<Violat
             open.retain(|(_, oe, _)| *oe > s);
             for (os, oe, oc) in &open {
                 stats.overlap_pairs += 1;
-                if oc.field != c.field {
+                if conflict(oc, c) {
                     out.push(Violation {
                         rule: "mutual-exclusion",
                         message: format!(
@@ -76,6 +93,25 @@ mod tests {
             "{:?}",
             check(&h, 9).0
         );
+    }
+
+    #[test]
+    fn readers_of_a_read_write_lock_share_and_a_writer_excludes_them() {
+        let rw = crate::config::RW_NAMES[0];
+        let mut h = hist();
+        // Two readers at once, and a writer's own read hold (a downgrade): fine.
+        h.add_events(hold("r1", "p0", rw, "u:1", (0, 10), 1, 200, 500));
+        h.add_events(hold("r2", "p1", rw, "v:1", (50, 60), 2, 150, 900));
+        h.add_events(hold("w", "p0", rw, "u:2:write", (300, 310), 3, 400, 900));
+        h.add_events(hold("d", "p0", rw, "u:2", (320, 330), 4, 380, 900));
+        assert!(
+            !rules(&h).contains(&"mutual-exclusion"),
+            "{:?}",
+            check(&h, 9).0
+        );
+        // A reader of another holder inside the writer's hold: caught.
+        h.add_events(hold("r3", "p1", rw, "v:2", (340, 350), 5, 360, 900));
+        assert!(rules(&h).contains(&"mutual-exclusion"));
     }
 
     #[test]
