@@ -15,7 +15,7 @@ pub fn check_fencing(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
             .filter(|c| c.granted().is_some())
             .collect();
         // Read holds of a read-write lock have no token.
-        grants.retain(|c| !(crate::config::is_rw_name(&c.name) && !c.field.ends_with(":write")));
+        grants.retain(|c| !crate::config::is_rw_name(&c.name) || c.field.ends_with(":write"));
         for c in &grants {
             if c.token().is_none() {
                 out.push(Violation {
