@@ -320,6 +320,11 @@ impl ChildCtx {
             java: false,
         });
         self.count(&format!("call {}", acq.op()));
+        match h.kind() {
+            Kind::Read => self.count("call rw read"),
+            Kind::Write => self.count("call rw write"),
+            Kind::Fair | Kind::Plain => {}
+        }
         let run = h
             .run(&acq)
             .instrument(tracing::info_span!("torture_call", id = %id));
@@ -333,7 +338,13 @@ impl ChildCtx {
             Some(Ok(Some(g))) => (Outcome::Granted, Some(g), String::new()),
             Some(Ok(None)) => (Outcome::TimedOut, None, String::new()),
             Some(Err(e)) if e.is_shutdown() => (Outcome::Shutdown, None, String::new()),
-            Some(Err(e)) => (Outcome::Error, None, format!("{e}")),
+            Some(Err(e)) => {
+                if matches!(e, fairlock::Error::UpgradeRefused { .. }) {
+                    // A holder shared on purpose reads in one task and asks to write in another.
+                    self.count("upgrade refused");
+                }
+                (Outcome::Error, None, format!("{e}"))
+            }
         };
         self.count(&format!(
             "outcome {}",
