@@ -3,8 +3,13 @@
 --
 -- KEYS[1] the lock hash NAME (field `mode` = 'read' | 'write', plus one field per holder)
 -- KEYS[2] the base the lease keys are named from: `{NAME}`, or NAME when it has a hash tag
+-- KEYS[3..6] the writer-preferring queue: arrival queue, writers, liveness marks, counter
+-- (rw_prologue.lua)
 -- ARGV[1] lease in ms, ARGV[2] our read field '<client uuid>:<holder id>', ARGV[3] the hold count
--- the caller believes Redis has for it, ARGV[4] our write field (the same plus ':write')
+-- the caller believes Redis has for it, ARGV[4] our write field (the same plus ':write'),
+-- ARGV[5] '' for a handle that does not prefer writers (the queue is not looked at), else 'try'
+-- (never queue) or 'queue' (queue, or stay queued, when we may not enter yet), ARGV[6] the
+-- liveness window in ms, ARGV[7] publish command, ARGV[8] the lock's channel
 --
 -- Every read hold numbered k has a lease key `<base>:<field>:rwlock_timeout:<k>` (a string with a
 -- PX), as Redisson's readers do: a Redisson read unlock counts a reader as alive only through its
@@ -14,10 +19,13 @@
 --
 -- Reply: {1, count, 0} taken or re-entered; {2, count, 0} the caller's count + 1 was already there
 --        (an earlier send of this attempt took it; taken up, not added); {0, 0, pttl} a writer
---        holds the lock; pttl = its remaining TTL (-1: no expiry).
+--        holds the lock, or a writer-preferring queue has us wait behind a writer; pttl = the
+--        lock's remaining TTL (-1: no expiry, or free: wait for a message or a heartbeat).
 
 local name, base = KEYS[1], KEYS[2]
+local q = {queue = KEYS[3], writers = KEYS[4], live = KEYS[5], seq = KEYS[6]}
 local lease, field, expected, write_field = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local queueing, window, publish_cmd, channel = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local prefix = base .. ':' .. field .. ':rwlock_timeout:'
 
 -- Every lease key of ours (1..count) lives at least `lease` from now; the hash too.
@@ -37,20 +45,46 @@ local function cover(count)
 end
 
 local mode = redis.call('HGET', name, 'mode')
+local held = mode and tonumber(redis.call('HGET', name, field)) or 0
+local own_writer = mode == 'write' and redis.call('HEXISTS', name, write_field) == 1
+local now
+if queueing ~= '' and held == 0 and not own_writer then
+  now = rw_now()
+  if rw_purge(q, now) > 0 and mode ~= 'write' then
+    -- A dead writer may have kept readers behind it out: let them look again.
+    redis.call(publish_cmd, channel, '0')
+  end
+  if not rw_turn(q, field, false) then
+    if queueing == 'queue' then
+      rw_join(q, field, false, now, window)
+    end
+    return {0, 0, mode and redis.call('PTTL', name) or -1}
+  end
+end
+
+local function entered(code, count)
+  if now then
+    rw_leave(q, field)
+  end
+  return {code, count, 0}
+end
+
 if mode == false then
   redis.call('HSET', name, 'mode', 'read', field, 1)
   redis.call('SET', prefix .. 1, 1, 'PX', lease)
   redis.call('PEXPIRE', name, lease)
-  return {1, 1, 0}
+  return entered(1, 1)
 end
-local held = tonumber(redis.call('HGET', name, field)) or 0
 if held > 0 and held == expected + 1 then
   cover(held)
   return {2, held, 0}
 end
-if mode == 'read' or redis.call('HEXISTS', name, write_field) == 1 then
+if mode == 'read' or own_writer then
   local count = redis.call('HINCRBY', name, field, 1)
   cover(count)
-  return {1, count, 0}
+  return entered(1, count)
+end
+if queueing == 'queue' then
+  rw_join(q, field, false, now, window)
 end
 return {0, 0, redis.call('PTTL', name)}

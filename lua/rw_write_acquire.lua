@@ -1,20 +1,27 @@
 -- Read-write lock, write side: one acquire attempt (RReadWriteLock layout, PROTOCOL 10), a
 -- compare-and-set on our hold count, so sending the same attempt twice never adds a second hold.
 --
--- KEYS[1] the lock hash NAME, KEYS[2] fencing counter
+-- KEYS[1] the lock hash NAME, KEYS[2] fencing counter, KEYS[3..6] the writer-preferring queue:
+-- arrival queue, writers, liveness marks, counter (rw_prologue.lua)
 -- ARGV[1] lease in ms (the TTL is never shortened below it), ARGV[2] our write field
 -- '<client uuid>:<holder id>:write', ARGV[3] the hold count the caller believes Redis has for it,
 -- ARGV[4] '1' to increment the fencing counter on a grant, ARGV[5] our read field (the holder's
--- field without ':write')
+-- field without ':write'), ARGV[6] '' for a handle that does not prefer writers, else 'try' or
+-- 'queue' (as in rw_read_acquire.lua), ARGV[7] the liveness window in ms, ARGV[8] publish
+-- command, ARGV[9] the lock's channel
 --
 -- Reply: {1, count, token} taken or re-entered; {2, count, token} the caller's count + 1 was
 --        already there (taken up, not added); {0, 0, pttl} held by others (pttl: their remaining
---        TTL, -1 no expiry); {-2, 0, 0} refused: we hold it for reading only, and a writer would
---        wait for ever behind our own read holds (Redisson's upgrade self-deadlock).
+--        TTL, -1 no expiry or free: wait for a message or a heartbeat; also when a
+--        writer-preferring queue has us wait); {-2, 0, 0} refused: we hold it for reading only,
+--        and a writer would wait for ever behind our own read holds (Redisson's upgrade
+--        self-deadlock).
 
 local name, token_key = KEYS[1], KEYS[2]
+local q = {queue = KEYS[3], writers = KEYS[4], live = KEYS[5], seq = KEYS[6]}
 local lease, field, expected = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local fenced, read_field = ARGV[4] == '1', ARGV[5]
+local queueing, window, publish_cmd, channel = ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9]
 
 local function token()
   if fenced then
@@ -30,22 +37,42 @@ local function extend()
 end
 
 local mode = redis.call('HGET', name, 'mode')
-if mode == false then
-  redis.call('HSET', name, 'mode', 'write', field, 1)
-  redis.call('PEXPIRE', name, lease)
-  return {1, 1, token()}
-end
-local held = tonumber(redis.call('HGET', name, field)) or 0
+local held = mode and tonumber(redis.call('HGET', name, field)) or 0
 if held > 0 and held == expected + 1 then
   extend()
   return {2, held, fenced and (tonumber(redis.call('GET', token_key)) or 0) or 0}
+end
+if mode == 'read' and redis.call('HEXISTS', name, read_field) == 1 then
+  return {-2, 0, 0}
+end
+local now
+if queueing ~= '' and held == 0 then
+  now = rw_now()
+  if rw_purge(q, now) > 0 and mode ~= 'write' then
+    redis.call(publish_cmd, channel, '0')
+  end
+  if not rw_turn(q, field, true) then
+    if queueing == 'queue' then
+      rw_join(q, field, true, now, window)
+    end
+    return {0, 0, mode and redis.call('PTTL', name) or -1}
+  end
+end
+
+if mode == false then
+  redis.call('HSET', name, 'mode', 'write', field, 1)
+  redis.call('PEXPIRE', name, lease)
+  if now then
+    rw_leave(q, field)
+  end
+  return {1, 1, token()}
 end
 if mode == 'write' and held > 0 then
   local count = redis.call('HINCRBY', name, field, 1)
   extend()
   return {1, count, token()}
 end
-if mode == 'read' and redis.call('HEXISTS', name, read_field) == 1 then
-  return {-2, 0, 0}
+if queueing == 'queue' then
+  rw_join(q, field, true, now, window)
 end
 return {0, 0, redis.call('PTTL', name)}

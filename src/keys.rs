@@ -49,6 +49,18 @@ pub const RW_CHANNEL_PREFIX: &str = "redisson_rwlock";
 /// What a read hold's lease key ends in before its number:
 /// `{NAME}:<owner field>:rwlock_timeout:<k>` (Redisson's suffix form; [`LockKeys::lease_key`]).
 pub const LEASE_KEY_SUFFIX: &str = "rwlock_timeout";
+/// Prefix of the arrival queue of a read-write lock's writer-preferring waiters,
+/// `fairlock_rw_queue:{NAME}` (a sorted set: owner field, arrival number; fairlock only,
+/// [PROTOCOL 10](crate::protocol)).
+pub const RW_QUEUE_PREFIX: &str = "fairlock_rw_queue";
+/// Prefix of the writers among them, `fairlock_rw_writers:{NAME}` (a sorted set: writer field,
+/// arrival number).
+pub const RW_WRITERS_PREFIX: &str = "fairlock_rw_writers";
+/// Prefix of their liveness marks, `fairlock_rw_liveness:{NAME}` (a sorted set: owner field, the
+/// server time by which the waiter must show life again).
+pub const RW_LIVENESS_PREFIX: &str = "fairlock_rw_liveness";
+/// Prefix of the counter that numbers their arrivals, `fairlock_rw_seq:{NAME}`.
+pub const RW_SEQ_PREFIX: &str = "fairlock_rw_seq";
 /// Prefix of Redisson's unlock latches, `redisson_unlock_latch:{NAME}:<request id>` (strings
 /// with a PX). fairlock never writes one.
 pub const LATCH_PREFIX: &str = "redisson_unlock_latch";
@@ -198,6 +210,29 @@ impl LockKeys {
         format!("{}:{field}:{LEASE_KEY_SUFFIX}:{k}", self.lease_base())
     }
 
+    /// The keys of a read-write lock's writer-preferring waiters: the arrival queue, the
+    /// writers among them, their liveness marks and the arrival counter (fairlock's own, in
+    /// NAME's slot; they exist only while such a waiter is queued).
+    ///
+    /// ```
+    /// use fairlock::keys::LockKeys;
+    ///
+    /// let [queue, writers, liveness, seq] = LockKeys::new("docs").rw_queue_keys();
+    /// assert_eq!(queue, "fairlock_rw_queue:{docs}");
+    /// assert_eq!(writers, "fairlock_rw_writers:{docs}");
+    /// assert_eq!(liveness, "fairlock_rw_liveness:{docs}");
+    /// assert_eq!(seq, "fairlock_rw_seq:{docs}");
+    /// ```
+    pub fn rw_queue_keys(&self) -> [String; 4] {
+        let name = self.name();
+        [
+            derived(RW_QUEUE_PREFIX, name),
+            derived(RW_WRITERS_PREFIX, name),
+            derived(RW_LIVENESS_PREFIX, name),
+            derived(RW_SEQ_PREFIX, name),
+        ]
+    }
+
     /// The channel of one fair waiter: the release channel, `:`, its owner field.
     pub fn waiter_channel(&self, field: &str) -> String {
         format!("{}:{}", self.channel(), field)
@@ -321,6 +356,8 @@ pub fn check_name(name: &str, cluster: bool) -> std::result::Result<(), NameProb
             keys.token(),
             keys.liveness(),
             keys.grants(),
+            keys.rw_channel(),
+            keys.lease_base(),
         ];
         if derived.iter().any(|key| slot(key) != home) {
             return Err(NameProblem::CrossSlot);
@@ -353,6 +390,14 @@ pub enum DerivedKey {
     Token,
     /// One of Redisson's unlock latches, [`LATCH_PREFIX`].
     Latch,
+    /// A read-write lock's writer-preferring queue, [`RW_QUEUE_PREFIX`].
+    RwQueue,
+    /// The writers in it, [`RW_WRITERS_PREFIX`].
+    RwWriters,
+    /// Their liveness marks, [`RW_LIVENESS_PREFIX`].
+    RwLiveness,
+    /// Their arrival counter, [`RW_SEQ_PREFIX`].
+    RwSeq,
 }
 
 /// The lock name and kind of a derived key (`redisson_lock_queue:{orders}` is the queue of
@@ -381,6 +426,10 @@ pub fn parse_derived(key: &str) -> Option<(&str, DerivedKey)> {
         (GRANTS_PREFIX, DerivedKey::Grants),
         (TOKEN_PREFIX, DerivedKey::Token),
         (LATCH_PREFIX, DerivedKey::Latch),
+        (RW_QUEUE_PREFIX, DerivedKey::RwQueue),
+        (RW_WRITERS_PREFIX, DerivedKey::RwWriters),
+        (RW_LIVENESS_PREFIX, DerivedKey::RwLiveness),
+        (RW_SEQ_PREFIX, DerivedKey::RwSeq),
     ] {
         let Some(rest) = key.strip_prefix(prefix).and_then(|r| r.strip_prefix(':')) else {
             continue;
@@ -483,6 +532,9 @@ impl Kind {
 pub(crate) struct LockSpec {
     pub(crate) kind: Kind,
     pub(crate) keys: LockKeys,
+    /// A side of a read-write lock whose waiters queue in arrival order, writers first
+    /// (`ReadWriteLock::writer_preferring`, PROTOCOL 10).
+    pub(crate) prefer_writers: bool,
 }
 
 impl LockSpec {
@@ -490,7 +542,24 @@ impl LockSpec {
         Arc::new(LockSpec {
             kind,
             keys: LockKeys::new(name),
+            prefer_writers: false,
         })
+    }
+
+    /// A side of a read-write lock, writer-preferring or not.
+    pub(crate) fn new_rw(kind: Kind, name: &str, prefer_writers: bool) -> Arc<Self> {
+        Arc::new(LockSpec {
+            kind,
+            keys: LockKeys::new(name),
+            prefer_writers: prefer_writers && kind.is_rw(),
+        })
+    }
+
+    /// Whether waiters of this lock hold a place in a queue of fairlock's (a fair lock, or a
+    /// writer-preferring read-write lock): they are heartbeaten while they wait and leave the
+    /// queue when they stop waiting.
+    pub(crate) fn queues(&self) -> bool {
+        self.kind == Kind::Fair || self.prefer_writers
     }
 
     pub(crate) fn name(&self) -> &str {

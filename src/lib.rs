@@ -108,7 +108,9 @@ pub use lock::rw::{ReadLock, ReadWriteLock, WriteLock};
 /// [`redis::sentinel::SentinelNodeConnectionInfo`]) without a second, mismatched version.
 pub use redis;
 pub use redlock::{RedLock, RedLockGuard};
-pub use state::{DeadReason, LockState, Owner, QueuedWaiter, Reader, RwLockState, RwMode};
+pub use state::{
+    DeadReason, LockState, Owner, QueuedWaiter, Reader, RwLockState, RwMode, RwWaiter,
+};
 
 // Doc-only modules: the repository's documents, so docs.rs shows them beside the API.
 

@@ -14,6 +14,10 @@ use redis::Script;
 /// The shared fair-lock prologue (`lua/fair_prologue.lua`): local helpers only.
 const FAIR_PROLOGUE: &str = include_str!("../lua/fair_prologue.lua");
 
+/// The read-write lock's writer-preferring queue helpers (`lua/rw_prologue.lua`), joined in front
+/// of the scripts that use them (`rw "file"` below).
+const RW_PROLOGUE: &str = include_str!("../lua/rw_prologue.lua");
+
 /// The line in a fair script where the prologue goes; a script without it gets the prologue in
 /// front. What a script does above the marker (its cheapest paths) runs without defining any of
 /// the prologue's helpers.
@@ -42,8 +46,8 @@ impl Deref for Lua {
     }
 }
 
-/// Declares the scripts as `Lua` statics (`fair "file"`: with the fair prologue; `plain "file"`:
-/// as it is), and [`ALL`] listing them.
+/// Declares the scripts as `Lua` statics (`fair "file"`: with the fair prologue; `rw "file"`: with
+/// the read-write queue's prologue in front; `plain "file"`: as it is), and [`ALL`] listing them.
 macro_rules! scripts {
     ($($name:ident = $how:ident $file:literal;)*) => {
         $(
@@ -57,6 +61,9 @@ macro_rules! scripts {
     };
     (@source fair $file:literal) => {
         with_prologue(include_str!(concat!("../lua/", $file)))
+    };
+    (@source rw $file:literal) => {
+        format!("{}\n{}", RW_PROLOGUE, include_str!(concat!("../lua/", $file)))
     };
     (@source plain $file:literal) => {
         include_str!(concat!("../lua/", $file)).to_owned()
@@ -74,8 +81,10 @@ scripts! {
     LOCK_ACQUIRE = plain "lock_acquire.lua";
     LOCK_UNLOCK = plain "lock_unlock.lua";
     LOCK_FORCE_UNLOCK = plain "lock_force_unlock.lua";
-    RW_READ_ACQUIRE = plain "rw_read_acquire.lua";
-    RW_WRITE_ACQUIRE = plain "rw_write_acquire.lua";
+    RW_READ_ACQUIRE = rw "rw_read_acquire.lua";
+    RW_WRITE_ACQUIRE = rw "rw_write_acquire.lua";
+    RW_GIVE_UP = rw "rw_give_up.lua";
+    RW_HEARTBEAT = rw "rw_heartbeat.lua";
     RW_READ_UNLOCK = plain "rw_read_unlock.lua";
     RW_WRITE_UNLOCK = plain "rw_write_unlock.lua";
     RW_FORCE_UNLOCK = plain "rw_force_unlock.lua";

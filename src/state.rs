@@ -41,6 +41,7 @@ pub(crate) struct RawRwState {
     pub(crate) pttl_ms: i64,
     pub(crate) mode: String,
     pub(crate) holders: Vec<(String, i64, Vec<i64>)>,
+    pub(crate) waiters: Vec<(String, i64)>,
 }
 
 /// Which side holds a [`ReadWriteLock`](crate::ReadWriteLock) (its `mode` field).
@@ -66,8 +67,25 @@ pub struct RwLockState {
     pub readers: Vec<Reader>,
     /// Time to live of the lock; `None` when it is not held or has no expiry.
     pub ttl: Option<Duration>,
+    /// Writer-preferring fairlock waiters, in arrival order
+    /// ([`ReadWriteLock::writer_preferring`](crate::ReadWriteLock::writer_preferring); Java
+    /// waiters and those of other handles are not queued anywhere).
+    pub queue: Vec<RwWaiter>,
     /// The server's clock when the snapshot was taken.
     pub server_time: SystemTime,
+}
+
+/// A writer-preferring waiter of a [`ReadWriteLock`](crate::ReadWriteLock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwWaiter {
+    /// Its owner field (a writer's ends in `:write`).
+    pub field: String,
+    /// Whether it waits to write.
+    pub writer: bool,
+    /// Until when its liveness mark keeps its place (its client's heartbeats move it on);
+    /// `None` without a mark.
+    pub alive_until: Option<SystemTime>,
 }
 
 impl RwLockState {
@@ -109,6 +127,15 @@ impl RwLockState {
             writer,
             readers,
             ttl: (raw.pttl_ms >= 0).then(|| Duration::from_millis(raw.pttl_ms as u64)),
+            queue: raw
+                .waiters
+                .into_iter()
+                .map(|(field, mark)| RwWaiter {
+                    writer: field.ends_with(":write"),
+                    field,
+                    alive_until: (mark >= 0).then(|| at_ms(mark)),
+                })
+                .collect(),
             server_time: at_ms(raw.now_ms),
         }
     }

@@ -299,3 +299,202 @@ async fn a_force_unlock_is_seen_as_lost_and_each_side_forces_only_its_mode() {
     assert!(w2.fencing_token().unwrap() > first);
     w2.unlock().await.unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// Writer-preferring mode
+// ---------------------------------------------------------------------------------------------
+
+async fn preferring_client(url: &str) -> Client {
+    Client::builder()
+        .standalone(url)
+        .watchdog_timeout(Duration::from_secs(5))
+        .waiter_liveness(Duration::from_millis(900))
+        .timer_tick(Duration::from_millis(10))
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Waits until the writer-preferring queue of `rw` holds `n` waiters.
+async fn queued(rw: &fairlock::ReadWriteLock, n: usize) {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let len = rw.state().await.unwrap().queue.len();
+        if len == n {
+            return;
+        }
+        assert!(Instant::now() < until, "queue length {len}, expected {n}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_keeps_later_readers_of_preferring_handles_out() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = preferring_client(&server.url()).await;
+    let name = "rw:prefer";
+    let rw = c.read_write_lock(name).writer_preferring();
+    let r1 = rw.read_lock().lock().await.unwrap();
+    let w = rw.write_lock();
+    let writer = tokio::spawn(async move { w.lock().await });
+    queued(&rw, 1).await;
+    let state = rw.state().await.unwrap();
+    assert!(state.queue[0].writer);
+    assert!(state.queue[0].alive_until.is_some());
+    // A later reader of a preferring handle stays out, and waits behind the writer.
+    assert!(rw
+        .read_lock()
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
+    let r = rw.read_lock();
+    let reader = tokio::spawn(async move { r.lock().await });
+    queued(&rw, 2).await;
+    // What the mode cannot promise: a handle without it enters as Redisson's readers do.
+    let barging = c
+        .read_write_lock(name)
+        .read_lock()
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("a default handle's reader enters in read mode");
+    barging.unlock().await.unwrap();
+    // The writer's place survives several liveness windows (heartbeats) while r1 holds.
+    let marked = rw.state().await.unwrap().queue[0].alive_until.unwrap();
+    wait_until(Duration::from_secs(5), "the mark moved on twice", || {
+        let now: Vec<(String, f64)> = raw
+            .zrange_withscores("fairlock_rw_liveness:{rw:prefer}", 0, 0)
+            .unwrap();
+        now.first().is_some_and(|(_, score)| {
+            *score as u128
+                > marked
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis()
+                    + 1_000
+        })
+    });
+    assert!(!writer.is_finished() && !reader.is_finished());
+    r1.unlock().await.unwrap();
+    let w = tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .expect("the writer enters when the last reader leaves")
+        .unwrap()
+        .unwrap();
+    assert!(!reader.is_finished(), "the reader waits for the writer");
+    w.unlock().await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .expect("the reader enters after the writer")
+        .unwrap()
+        .unwrap();
+    r.unlock().await.unwrap();
+    let left: Vec<String> = raw.keys("*rw:prefer*").unwrap();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preferring_waiters_are_served_in_arrival_order_readers_together() {
+    let server = RedisServer::start();
+    let c = preferring_client(&server.url()).await;
+    let rw = c.read_write_lock("rw:order").writer_preferring();
+    let w0 = rw.write_lock().lock().await.unwrap();
+    let served = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    // Arrival: W1, R1, R2, W2, R3 (each queued before the next arrives).
+    for (i, label) in ["W1", "R1", "R2", "W2", "R3"].into_iter().enumerate() {
+        let (side, served) = (rw.clone(), served.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = if label.starts_with('W') {
+                side.write_lock().lock().await.unwrap()
+            } else {
+                side.read_lock().lock().await.unwrap()
+            };
+            served.lock().unwrap().push((label, "in"));
+            // Hold long enough for whoever may enter alongside to do so.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            served.lock().unwrap().push((label, "out"));
+            guard.unlock().await.unwrap();
+        }));
+        queued(&rw, i + 1).await;
+    }
+    w0.unlock().await.unwrap();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .expect("every waiter is served")
+            .unwrap();
+    }
+    let served = served.lock().unwrap().clone();
+    // W1 alone; R1 and R2 together; W2 alone; then R3.
+    let entered: Vec<&str> = served
+        .iter()
+        .filter(|(_, e)| *e == "in")
+        .map(|(l, _)| *l)
+        .collect();
+    assert_eq!(entered[0], "W1", "{served:?}");
+    assert_eq!(entered[3], "W2", "{served:?}");
+    assert_eq!(entered[4], "R3", "{served:?}");
+    let pos = |what: (&str, &str)| served.iter().position(|e| *e == what).unwrap();
+    assert!(pos(("W1", "out")) < pos(("R1", "in")));
+    assert!(
+        pos(("R1", "in")) < pos(("R2", "out")) && pos(("R2", "in")) < pos(("R1", "out")),
+        "R1 and R2 hold together: {served:?}"
+    );
+    assert!(pos(("R1", "out")) < pos(("W2", "in")) && pos(("R2", "out")) < pos(("W2", "in")));
+    assert!(pos(("W2", "out")) < pos(("R3", "in")));
+    assert!(rw.state().await.unwrap().queue.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_or_departed_queued_writer_no_longer_keeps_readers_out() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = preferring_client(&server.url()).await;
+    let name = "rw:departed";
+    let rw = c.read_write_lock(name).writer_preferring();
+    // A queued writer of a process that died: its mark lapses within 300 ms.
+    let now_ms = support::server_now_ms(&mut raw);
+    let dead = "00000000-0000-0000-0000-000000000000:9:write";
+    let _: () = redis::pipe()
+        .zadd("fairlock_rw_queue:{rw:departed}", dead, 1)
+        .zadd("fairlock_rw_writers:{rw:departed}", dead, 1)
+        .zadd("fairlock_rw_liveness:{rw:departed}", dead, now_ms + 300)
+        .set("fairlock_rw_seq:{rw:departed}", 1)
+        .query(&mut raw)
+        .unwrap();
+    let started = Instant::now();
+    let r = rw
+        .read_lock()
+        .try_lock(Duration::from_secs(5), None)
+        .await
+        .unwrap()
+        .expect("the reader enters once the dead writer's mark lapsed");
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    r.unlock().await.unwrap();
+
+    // A live writer that stops waiting leaves at once, and the reader behind it enters.
+    let holder = rw.read_lock().lock().await.unwrap();
+    let w = rw.write_lock();
+    let writer = tokio::spawn(async move { w.try_lock(Duration::from_millis(400), None).await });
+    queued(&rw, 1).await;
+    let r = rw.read_lock();
+    let reader = tokio::spawn(async move { r.lock().await });
+    queued(&rw, 2).await;
+    assert!(writer.await.unwrap().unwrap().is_none(), "the writer gave up");
+    let gave_up = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .expect("the reader is let in")
+        .unwrap()
+        .unwrap();
+    // Woken by the give-up's message, not by a heartbeat (every 300 ms) or a timer.
+    assert!(gave_up.elapsed() < Duration::from_millis(250), "{:?}", gave_up.elapsed());
+    r.unlock().await.unwrap();
+    holder.unlock().await.unwrap();
+    let left: Vec<String> = raw.keys("*rw:departed*").unwrap();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

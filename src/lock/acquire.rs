@@ -442,7 +442,7 @@ impl Waiter {
             });
             self.counted = joins;
         }
-        if fair && self.args.mode != Mode::Try {
+        if self.args.spec.queues() && self.args.mode != Mode::Try {
             self.queued = true;
         }
         let drop_stale = self.drop_stale && self.args.mode != Mode::Requeue;
@@ -694,7 +694,7 @@ impl Waiter {
 
     /// Has the driver heartbeat our place in a fair queue while we wait (once).
     fn start_heartbeat(&mut self) {
-        if self.args.spec.kind != Kind::Fair || self.beat.is_some() {
+        if !self.args.spec.queues() || self.beat.is_some() {
             return;
         }
         let Some(subscription) = &self.subscription else {

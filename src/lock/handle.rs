@@ -64,6 +64,13 @@ impl Handle {
         self.fenced = true;
     }
 
+    /// Makes a side of a read-write lock writer-preferring (`ReadWriteLock::writer_preferring`).
+    pub(crate) fn set_prefer_writers(&mut self) {
+        if let Ok(spec) = &self.spec {
+            self.spec = Ok(LockSpec::new_rw(spec.kind, spec.name(), true));
+        }
+    }
+
     fn spec(&self) -> Result<&Arc<LockSpec>> {
         self.spec.as_ref().map_err(|reason| Error::InvalidName {
             name: self.name.clone(),

@@ -78,6 +78,35 @@ impl ReadWriteLock {
         }
     }
 
+    /// Makes both sides of this handle **writer-preferring** among fairlock clients: their
+    /// waiters queue in arrival order in keys of fairlock's own (PROTOCOL 10), a reader enters
+    /// only when no writer of the queue arrived before it (readers that arrive together enter
+    /// together), and a writer only at the head of the queue. So a waiting writer keeps later
+    /// readers of such handles out, and a steady stream of them can no longer starve it.
+    ///
+    /// What it cannot promise: Redisson clients, and fairlock handles without this setting, never
+    /// look at the queue; they enter whenever Redisson's rules let them (a reader whenever the
+    /// lock is free or in read mode), so their readers can still keep a queued writer waiting.
+    /// Nothing is written into the lock's hash, so Java clients see exactly Redisson's data.
+    /// Re-entries, and a writer's holder taking the read side (a downgrade), never queue.
+    ///
+    /// A queued waiter's place is kept alive by its client's heartbeats (every third of
+    /// [`Builder::waiter_liveness`](crate::Builder::waiter_liveness)); the place of a waiter
+    /// whose process died is dropped within that window, and a waiter that stops waiting leaves
+    /// the queue at once. The queue's keys vanish with the last waiter.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fairlock::Client) -> fairlock::Result<()> {
+    /// let rw = client.read_write_lock("catalog").writer_preferring();
+    /// let w = rw.write_lock().lock().await?; // later readers of `rw` wait behind this writer
+    /// # drop(w); Ok(()) }
+    /// ```
+    pub fn writer_preferring(mut self) -> Self {
+        self.read.0.set_prefer_writers();
+        self.write.0.set_prefer_writers();
+        self
+    }
+
     /// The lock's name (also the Redis key of its hash).
     pub fn name(&self) -> &str {
         self.read.0.name()

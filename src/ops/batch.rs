@@ -132,7 +132,7 @@ const CALLS_PER_PIPELINE: usize = 10;
 pub(crate) enum Beat {
     /// Still queued, nothing to do.
     Queued,
-    /// Head of a free lock: wake it.
+    /// Head of a free lock (a read-write lock's waiter: may enter now): wake it.
     HeadOfFreeLock,
     /// Not queued any more: wake it so its next attempt requeues.
     Dropped,
@@ -140,7 +140,37 @@ pub(crate) enum Beat {
     Second,
 }
 
-/// Refreshes the deadlines of a group of fair waiters, in chunks of `batch`, pipelined.
+/// Adds the fair heartbeat calls of `group` (fair waiters of one slot) to `pipe`.
+fn fair_heartbeats(
+    pipe: &mut Pipeline,
+    items: &[(&LockSpec, &str)],
+    group: &[usize],
+    batch: usize,
+    liveness_ms: i64,
+    publish: &str,
+    redisson_wait_ms: i64,
+) {
+    for chunk in group.chunks(batch) {
+        let mut cmd = evalsha(&scripts::FAIR_HEARTBEAT, 6 * chunk.len());
+        for &i in chunk {
+            let k = &items[i].0.keys;
+            cmd.arg(k.name())
+                .arg(k.queue())
+                .arg(k.deadlines())
+                .arg(k.liveness())
+                .arg(k.grants())
+                .arg(k.token());
+        }
+        cmd.arg(liveness_ms).arg(publish).arg(redisson_wait_ms);
+        for &i in chunk {
+            cmd.arg(items[i].1).arg(items[i].0.keys.channel());
+        }
+        pipe.add_command(cmd);
+    }
+}
+
+/// Refreshes the places of a group of queued waiters (fair waiters' deadlines and marks,
+/// writer-preferring read-write waiters' marks), in chunks of `batch`, pipelined.
 pub(crate) async fn heartbeat(
     conn: &mut Conn,
     items: &[(&LockSpec, &str)],
@@ -151,25 +181,42 @@ pub(crate) async fn heartbeat(
     let publish = conn.publish_command();
     let batch = batch.max(1);
     let groups = slot_groups(conn, items.iter().map(|(spec, _)| spec.name()));
+    // Within each slot group, fair waiters and read-write waiters go to their own scripts.
+    let groups: Vec<Vec<usize>> = groups
+        .into_iter()
+        .flat_map(|group| {
+            let (rw, fair): (Vec<usize>, Vec<usize>) =
+                group.into_iter().partition(|&i| items[i].0.kind.is_rw());
+            [fair, rw].into_iter().filter(|g| !g.is_empty())
+        })
+        .collect();
     let replies = join_all(groups.iter().map(|group| {
         let mut conn = conn.clone();
         let mut pipe = Pipeline::with_capacity(group.len().div_ceil(batch));
-        for chunk in group.chunks(batch) {
-            let mut cmd = evalsha(&scripts::FAIR_HEARTBEAT, 6 * chunk.len());
-            for &i in chunk {
-                let k = &items[i].0.keys;
-                cmd.arg(k.name())
-                    .arg(k.queue())
-                    .arg(k.deadlines())
-                    .arg(k.liveness())
-                    .arg(k.grants())
-                    .arg(k.token());
+        if items[group[0]].0.kind.is_rw() {
+            for chunk in group.chunks(batch) {
+                let mut cmd = evalsha(&scripts::RW_HEARTBEAT, 5 * chunk.len());
+                for &i in chunk {
+                    let k = &items[i].0.keys;
+                    let [queue, writers, live, seq] = k.rw_queue_keys();
+                    cmd.arg(k.name()).arg(queue).arg(writers).arg(live).arg(seq);
+                }
+                cmd.arg(liveness_ms);
+                for &i in chunk {
+                    cmd.arg(items[i].1);
+                }
+                pipe.add_command(cmd);
             }
-            cmd.arg(liveness_ms).arg(publish).arg(redisson_wait_ms);
-            for &i in chunk {
-                cmd.arg(items[i].1).arg(items[i].0.keys.channel());
-            }
-            pipe.add_command(cmd);
+        } else {
+            fair_heartbeats(
+                &mut pipe,
+                items,
+                group,
+                batch,
+                liveness_ms,
+                publish,
+                redisson_wait_ms,
+            );
         }
         async move { pipe.query_async::<Vec<Vec<i64>>>(&mut conn).await }
     }))

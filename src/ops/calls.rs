@@ -168,25 +168,43 @@ pub(crate) async fn acquire(
                 .await?
         }
         Kind::Read => {
+            let [queue, writers, live, seq] = keys.rw_queue_keys();
             scripts::RW_READ_ACQUIRE
                 .key(keys.name())
                 .key(keys.lease_base())
+                .key(queue)
+                .key(writers)
+                .key(live)
+                .key(seq)
                 .arg(args.lease_ms)
                 .arg(&*args.field)
                 .arg(expected)
                 .arg(format!("{}:write", args.field))
+                .arg(rw_queueing(args))
+                .arg(args.liveness_ms)
+                .arg(publish)
+                .arg(keys.rw_channel())
                 .invoke_async(conn)
                 .await?
         }
         Kind::Write => {
+            let [queue, writers, live, seq] = keys.rw_queue_keys();
             scripts::RW_WRITE_ACQUIRE
                 .key(keys.name())
                 .key(keys.token())
+                .key(queue)
+                .key(writers)
+                .key(live)
+                .key(seq)
                 .arg(args.lease_ms)
                 .arg(&*args.field)
                 .arg(expected)
                 .arg(fenced)
                 .arg(read_field(&args.field))
+                .arg(rw_queueing(args))
+                .arg(args.liveness_ms)
+                .arg(publish)
+                .arg(keys.rw_channel())
                 .invoke_async(conn)
                 .await?
         }
@@ -286,6 +304,25 @@ pub(crate) async fn give_up(
 ) -> Result<GaveUp> {
     let keys = &spec.keys;
     let publish = conn.publish_command();
+    if spec.kind.is_rw() {
+        let [queue, writers, live, seq] = keys.rw_queue_keys();
+        let code: i64 = scripts::RW_GIVE_UP
+            .key(keys.name())
+            .key(queue)
+            .key(writers)
+            .key(live)
+            .key(seq)
+            .arg(field)
+            .arg(publish)
+            .arg(keys.rw_channel())
+            .invoke_async(conn)
+            .await?;
+        return match code {
+            1 => Ok(GaveUp::Left),
+            0 => Ok(GaveUp::NotQueued),
+            other => Err(Error::bad_reply("give_up", vec![other])),
+        };
+    }
     let code: i64 = scripts::FAIR_GIVE_UP
         .key(keys.name())
         .key(keys.queue())
@@ -387,6 +424,15 @@ pub(crate) async fn rw_force_unlock(
     Ok(deleted == 1)
 }
 
+/// How a read-write lock's attempt uses the writer-preferring queue (`lua/rw_read_acquire.lua`).
+fn rw_queueing(args: &AcquireArgs) -> &'static str {
+    match (args.spec.prefer_writers, args.mode) {
+        (false, _) => "",
+        (true, Mode::Try) => "try",
+        (true, _) => "queue",
+    }
+}
+
 /// The read field of a holder whose write field is `write_field` (`…:write` without the suffix).
 fn read_field(write_field: &str) -> &str {
     write_field.strip_suffix(":write").unwrap_or(write_field)
@@ -396,16 +442,22 @@ fn read_field(write_field: &str) -> &str {
 pub(crate) async fn rw_state(conn: &mut Conn, spec: &LockSpec) -> Result<RawRwState> {
     let keys = &spec.keys;
     type Holders = Vec<(String, i64, Vec<i64>)>;
-    let (now_ms, pttl_ms, mode, holders): (i64, i64, String, Holders) = scripts::RW_STATE
-        .key(keys.name())
-        .key(keys.lease_base())
-        .invoke_async(conn)
-        .await?;
+    type Waiters = Vec<(String, i64)>;
+    let [queue, _, live, _] = keys.rw_queue_keys();
+    let (now_ms, pttl_ms, mode, holders, waiters): (i64, i64, String, Holders, Waiters) =
+        scripts::RW_STATE
+            .key(keys.name())
+            .key(keys.lease_base())
+            .key(queue)
+            .key(live)
+            .invoke_async(conn)
+            .await?;
     Ok(RawRwState {
         now_ms,
         pttl_ms,
         mode,
         holders,
+        waiters,
     })
 }
 

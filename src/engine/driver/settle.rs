@@ -13,7 +13,7 @@ use super::work::AttemptFuture;
 use crate::engine::field::Held;
 use crate::engine::release::{release_logged, What};
 use crate::error::Result;
-use crate::keys::{Kind, LockSpec};
+use crate::keys::LockSpec;
 use crate::ops::{self, AcquireArgs, Attempt, Mode};
 
 /// Runs an abandoned attempt to its end and settles its outcome, in its own task.
@@ -77,7 +77,7 @@ struct Steps {
 
 /// Decides how to settle an abandoned attempt from its outcome.
 fn plan(outcome: &Result<Attempt>, args: &AcquireArgs) -> Steps {
-    let may_be_queued = args.spec.kind == Kind::Fair && args.mode != Mode::Try;
+    let may_be_queued = args.spec.queues() && args.mode != Mode::Try;
     match outcome {
         Ok(Attempt::Acquired { .. }) => Steps {
             release: true,
