@@ -98,6 +98,7 @@ fn plan(outcome: &Result<Attempt>, args: &AcquireArgs) -> Steps {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::Kind;
     use crate::error::{timed_out, Error};
 
     fn args(kind: Kind, mode: Mode) -> AcquireArgs {
