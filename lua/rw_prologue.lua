@@ -51,13 +51,16 @@ local function rw_turn(q, field, writer)
 end
 
 -- Queues `field` at the tail unless it is queued already, and marks it alive for a window.
+-- Returns its place in the queue (1 = first) when it joined now, else 0.
 local function rw_join(q, field, writer, now, window)
+  local joined = 0
   if not redis.call('ZSCORE', q.queue, field) then
     local seq = redis.call('INCR', q.seq)
     redis.call('ZADD', q.queue, seq, field)
     if writer then
       redis.call('ZADD', q.writers, seq, field)
     end
+    joined = redis.call('ZCARD', q.queue)
   end
   redis.call('ZADD', q.live, now + window, field)
   for _, key in ipairs({q.queue, q.writers, q.live, q.seq}) do
@@ -65,6 +68,7 @@ local function rw_join(q, field, writer, now, window)
       redis.call('PEXPIRE', key, 2 * window)
     end
   end
+  return joined
 end
 
 -- Takes `field` out of the queue. Returns whether it was queued.

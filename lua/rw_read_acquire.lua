@@ -18,9 +18,10 @@
 -- hold (whatever lease it had) never leaves the others short.
 --
 -- Reply: {1, count, 0} taken or re-entered; {2, count, 0} the caller's count + 1 was already there
---        (an earlier send of this attempt took it; taken up, not added); {0, 0, pttl} a writer
---        holds the lock, or a writer-preferring queue has us wait behind a writer; pttl = the
---        lock's remaining TTL (-1: no expiry, or free: wait for a message or a heartbeat).
+--        (an earlier send of this attempt took it; taken up, not added); {0, pos, pttl} a writer
+--        holds the lock, or a writer-preferring queue has us wait behind a writer; pos = our place
+--        in that queue when this attempt joined it, else 0; pttl = the lock's remaining TTL (-1:
+--        no expiry, or free: wait for a message or a heartbeat).
 
 local name, base = KEYS[1], KEYS[2]
 local q = {queue = KEYS[3], writers = KEYS[4], live = KEYS[5], seq = KEYS[6]}
@@ -55,10 +56,11 @@ if queueing ~= '' and held == 0 and not own_writer then
     redis.call(publish_cmd, channel, '0')
   end
   if not rw_turn(q, field, false) then
+    local joined = 0
     if queueing == 'queue' then
-      rw_join(q, field, false, now, window)
+      joined = rw_join(q, field, false, now, window)
     end
-    return {0, 0, mode and redis.call('PTTL', name) or -1}
+    return {0, joined, mode and redis.call('PTTL', name) or -1}
   end
 end
 
@@ -84,7 +86,8 @@ if mode == 'read' or own_writer then
   cover(count)
   return entered(1, count)
 end
-if queueing == 'queue' then
-  rw_join(q, field, false, now, window)
+local joined = 0
+if queueing == 'queue' and now then
+  joined = rw_join(q, field, false, now, window)
 end
-return {0, 0, redis.call('PTTL', name)}
+return {0, joined, redis.call('PTTL', name)}

@@ -11,7 +11,8 @@
 -- command, ARGV[9] the lock's channel
 --
 -- Reply: {1, count, token} taken or re-entered; {2, count, token} the caller's count + 1 was
---        already there (taken up, not added); {0, 0, pttl} held by others (pttl: their remaining
+--        already there (taken up, not added); {0, pos, pttl} held by others (pos: our place in
+--        the writer-preferring queue when this attempt joined it, else 0) (pttl: their remaining
 --        TTL, -1 no expiry or free: wait for a message or a heartbeat; also when a
 --        writer-preferring queue has us wait); {-2, 0, 0} refused: we hold it for reading only,
 --        and a writer would wait for ever behind our own read holds (Redisson's upgrade
@@ -52,10 +53,11 @@ if queueing ~= '' and held == 0 then
     redis.call(publish_cmd, channel, '0')
   end
   if not rw_turn(q, field, true) then
+    local joined = 0
     if queueing == 'queue' then
-      rw_join(q, field, true, now, window)
+      joined = rw_join(q, field, true, now, window)
     end
-    return {0, 0, mode and redis.call('PTTL', name) or -1}
+    return {0, joined, mode and redis.call('PTTL', name) or -1}
   end
 end
 
@@ -72,7 +74,8 @@ if mode == 'write' and held > 0 then
   extend()
   return {1, count, token()}
 end
-if queueing == 'queue' then
-  rw_join(q, field, true, now, window)
+local joined = 0
+if queueing == 'queue' and now then
+  joined = rw_join(q, field, true, now, window)
 end
-return {0, 0, redis.call('PTTL', name)}
+return {0, joined, redis.call('PTTL', name)}

@@ -484,7 +484,10 @@ async fn a_dead_or_departed_queued_writer_no_longer_keeps_readers_out() {
     let r = rw.read_lock();
     let reader = tokio::spawn(async move { r.lock().await });
     queued(&rw, 2).await;
-    assert!(writer.await.unwrap().unwrap().is_none(), "the writer gave up");
+    assert!(
+        writer.await.unwrap().unwrap().is_none(),
+        "the writer gave up"
+    );
     let gave_up = Instant::now();
     let r = tokio::time::timeout(Duration::from_secs(5), reader)
         .await
@@ -492,7 +495,11 @@ async fn a_dead_or_departed_queued_writer_no_longer_keeps_readers_out() {
         .unwrap()
         .unwrap();
     // Woken by the give-up's message, not by a heartbeat (every 300 ms) or a timer.
-    assert!(gave_up.elapsed() < Duration::from_millis(250), "{:?}", gave_up.elapsed());
+    assert!(
+        gave_up.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        gave_up.elapsed()
+    );
     r.unlock().await.unwrap();
     holder.unlock().await.unwrap();
     let left: Vec<String> = raw.keys("*rw:departed*").unwrap();

@@ -134,16 +134,17 @@ impl Handle {
         match kind {
             Kind::Fair => Handle::Fair(client.fair_lock(name).fenced().with_holder(holder)),
             Kind::Plain => Handle::Plain(client.lock(name).fenced().with_holder(holder)),
-            Kind::Read => {
-                Handle::Read(client.read_write_lock(name).read_lock().with_holder(holder))
+            Kind::Read | Kind::Write => {
+                let mut rw = client.read_write_lock(name);
+                if is_preferring_name(name) {
+                    rw = rw.writer_preferring();
+                }
+                if kind == Kind::Read {
+                    Handle::Read(rw.read_lock().with_holder(holder))
+                } else {
+                    Handle::Write(rw.write_lock().fenced().with_holder(holder))
+                }
             }
-            Kind::Write => Handle::Write(
-                client
-                    .read_write_lock(name)
-                    .write_lock()
-                    .fenced()
-                    .with_holder(holder),
-            ),
         }
     }
 
@@ -342,6 +343,15 @@ impl ChildCtx {
                 if matches!(e, fairlock::Error::UpgradeRefused { .. }) {
                     // A holder shared on purpose reads in one task and asks to write in another.
                     self.count("upgrade refused");
+                } else {
+                    let text = format!(
+                        "{e}: {:?}",
+                        std::error::Error::source(&e).map(|s| s.to_string())
+                    );
+                    self.count(&format!(
+                        "error {}",
+                        text.chars().take(60).collect::<String>()
+                    ));
                 }
                 (Outcome::Error, None, format!("{e}"))
             }

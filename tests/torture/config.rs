@@ -40,12 +40,18 @@ pub fn peer_config() -> PeerConfig {
 
 pub const FAIR_NAMES: [&str; 2] = ["torture-fair-a", "torture-fair-b"];
 pub const PLAIN_NAMES: [&str; 1] = ["torture-plain"];
-/// Read-write locks (`Client::read_write_lock`): readers share, a writer excludes everyone.
-pub const RW_NAMES: [&str; 1] = ["torture-rw"];
+/// Read-write locks (`Client::read_write_lock`): readers share, a writer excludes everyone. The
+/// second is used only through writer-preferring handles ([`is_preferring_name`]).
+pub const RW_NAMES: [&str; 2] = ["torture-rw", "torture-rw-pref"];
 
 /// Whether `name` is one of the read-write locks.
 pub fn is_rw_name(name: &str) -> bool {
     RW_NAMES.contains(&name)
+}
+
+/// Whether every handle of read-write lock `name` is writer-preferring.
+pub fn is_preferring_name(name: &str) -> bool {
+    name == RW_NAMES[1]
 }
 
 // ---------------------------------------------------------------------------------------------

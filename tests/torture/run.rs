@@ -477,13 +477,16 @@ pub fn torture(test: &str, seed: u64) {
     println!("  Redisson-protocol entries given up again at teardown: {java_leftovers}");
     println!(
         "  checks: {} overlapping hold pairs, {} tokens, {} fifo pairs ({} exempt by faults), \
-         {} bounded waits ({} exempt by faults), leftovers {}",
+         {} bounded waits ({} exempt by faults), {} reader/queued-writer pairs ({} exempt by \
+         faults), leftovers {}",
         stats.overlap_pairs,
         stats.tokens,
         stats.fifo_pairs,
         stats.fifo_exempt,
         stats.bounded_calls,
         stats.bounded_exempt,
+        stats.preference_pairs,
+        stats.preference_exempt,
         if problems.iter().any(|p| p.starts_with("left behind")) {
             "FAILED"
         } else {

@@ -98,8 +98,8 @@ fn plan(outcome: &Result<Attempt>, args: &AcquireArgs) -> Steps {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::Kind;
     use crate::error::{timed_out, Error};
+    use crate::keys::Kind;
 
     fn args(kind: Kind, mode: Mode) -> AcquireArgs {
         AcquireArgs {

@@ -16,7 +16,8 @@
 //!   process froze for good (killed, or stopped and then killed). The library promises nobody else
 //!   can be granted the lock before `valid_until`, and the other holder's interval starts only
 //!   when its call returned, after its grant ran in Redis. Two trusted intervals of different
-//!   owner fields on one name must not overlap (one field is one reentrant holder). An empty
+//!   holders on one name must not overlap (one field is one reentrant holder; a read-write lock's
+//!   read holds may overlap each other, and a writer's own read holds, a downgrade). An empty
 //!   interval (the validity ran out before the call returned) is trusted for no time at all.
 //! * **Fencing** (`fencing`): tokens of one name are unique, and a grant whose call returned
 //!   before another call started has the smaller token.
@@ -48,6 +49,11 @@
 //!   (widened by a grace period) or the process's runtime was seen stalled then.
 //! * **Unlock** (`unlock`): `unlock()` answered `NotHeld` although the guard was not lost, its
 //!   validity had not run out when the release finished, and no fault touched its process.
+//! * **Writer preference** (`writer-preference`), on the read-write lock used only through
+//!   writer-preferring handles: a reader whose call started after a writer was seen queued is not
+//!   granted before that writer, unless a fault or a stall touched the writer's process meanwhile
+//!   (its place may have lapsed); holders shared on purpose, re-entries and downgrades are left
+//!   out (see `writer_preference.rs`).
 //! * **Anomalies** (`anomaly`): things a process noticed itself (a guard whose owner field is not
 //!   the one computed for the caller, a fenced guard without a token).
 //!
@@ -64,6 +70,7 @@ mod history;
 pub mod leftovers;
 mod mutual_exclusion;
 mod unlocks;
+mod writer_preference;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -76,6 +83,7 @@ use fencing::check_fencing;
 use fifo::check_fifo;
 use mutual_exclusion::check_mutual_exclusion;
 use unlocks::check_unlocks;
+use writer_preference::check_writer_preference;
 
 /// A broken rule, with the events that show it.
 #[derive(Debug, Clone)]
@@ -108,6 +116,8 @@ pub struct CheckStats {
     pub fifo_exempt: usize,
     pub bounded_calls: usize,
     pub bounded_exempt: usize,
+    pub preference_pairs: usize,
+    pub preference_exempt: usize,
 }
 
 /// Runs every rule. Violations are sorted by rule and capped per rule (`max_per_rule`).
@@ -120,6 +130,7 @@ pub fn check(h: &History, max_per_rule: usize) -> (Vec<Violation>, CheckStats) {
     push(check_fifo(h, &mut stats));
     push(check_bounded_waits(h, &mut stats));
     push(check_unlocks(h));
+    push(check_writer_preference(h, &mut stats));
     push(check_anomalies(h));
     (out, stats)
 }
