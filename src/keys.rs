@@ -398,6 +398,9 @@ pub enum DerivedKey {
     RwLiveness,
     /// Their arrival counter, [`RW_SEQ_PREFIX`].
     RwSeq,
+    /// The lease key of one read hold, `{NAME}:<field>:rwlock_timeout:<k>`
+    /// ([`LockKeys::lease_key`]).
+    ReadLease,
 }
 
 /// The lock name and kind of a derived key (`redisson_lock_queue:{orders}` is the queue of
@@ -416,9 +419,16 @@ pub enum DerivedKey {
 ///     parse_derived("redisson_unlock_latch:{t}x:0a1b2c"),
 ///     Some(("{t}x", DerivedKey::Latch))
 /// );
+/// assert_eq!(
+///     parse_derived("{docs}:6c1b4f5e-0d0a-4c1e-9a51-5b8f8e0f2a11:57:rwlock_timeout:2"),
+///     Some(("docs", DerivedKey::ReadLease))
+/// );
 /// assert_eq!(parse_derived("orders"), None);
 /// ```
 pub fn parse_derived(key: &str) -> Option<(&str, DerivedKey)> {
+    if let Some(name) = parse_lease_key(key) {
+        return Some((name, DerivedKey::ReadLease));
+    }
     for (prefix, kind) in [
         (QUEUE_PREFIX, DerivedKey::Queue),
         (DEADLINES_PREFIX, DerivedKey::Deadlines),
@@ -450,6 +460,24 @@ pub fn parse_derived(key: &str) -> Option<(&str, DerivedKey)> {
         return Some((name, kind));
     }
     None
+}
+
+/// The lock name of a read hold's lease key `<base>:<client id>:<holder id>:rwlock_timeout:<k>`
+/// (`<base>` = `{NAME}`, or NAME when it has a `{`).
+fn parse_lease_key(key: &str) -> Option<&str> {
+    let (rest, k) = key.rsplit_once(':')?;
+    if k.is_empty() || !k.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let rest = rest.strip_suffix(LEASE_KEY_SUFFIX)?.strip_suffix(':')?;
+    // `<base>:<client id>:<holder id>`: the owner field is the last two parts.
+    let (rest, _holder) = rest.rsplit_once(':')?;
+    let (base, _client) = rest.rsplit_once(':')?;
+    let name = match base.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+        Some(inner) if !inner.contains('{') => inner,
+        _ => base,
+    };
+    (!name.is_empty()).then_some(name)
 }
 
 /// Splits an owner field `<client id>:<holder id>` ([PROTOCOL 2]) at its last colon: the client

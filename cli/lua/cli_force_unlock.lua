@@ -2,6 +2,8 @@
 -- head of its queue, and tell the live head (and any plain-lock waiter) that it is free.
 --
 -- KEYS[1] owner hash NAME, KEYS[2] queue Q, KEYS[3] deadline zset Z, KEYS[4] liveness zset L
+-- (a read-write lock's hash too: its `mode` field is not an owner, and it is announced with '1'
+-- on `redisson_rwlock:{NAME}` as well)
 -- ARGV[1] the lock's release channel; ARGV[2..] publish commands (PUBLISH and/or SPUBLISH)
 --
 -- Reply: {1 when NAME was deleted else 0,
@@ -17,7 +19,17 @@
 local name, queue, deadlines, liveness = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local channel = ARGV[1]
 
-local owners = redis.call('HGETALL', name)
+-- A read-write lock (RReadWriteLock: a `mode` field) announces on its own channel, whose
+-- name follows the same rule as the release channel's.
+local mode = redis.pcall('HGET', name, 'mode')
+local owners = {}
+local all = redis.call('HGETALL', name)
+for i = 1, #all, 2 do
+  if all[i] ~= 'mode' then
+    owners[#owners + 1] = all[i]
+    owners[#owners + 1] = all[i + 1]
+  end
+end
 if redis.call('DEL', name) == 0 then
   return {0, {}, {}, '', 0, 0}
 end
@@ -40,6 +52,13 @@ end
 
 -- Plain-lock waiters listen on the release channel itself; fair waiters on their own channel.
 local on_release = announce(channel, commands)
+if type(mode) == 'string' then
+  -- '1' wakes every waiting Redisson reader and writer (a '0' would wake one per JVM).
+  local rw_channel = 'redisson_rwlock' .. string.sub(channel, #'redisson_lock__channel' + 1)
+  for _, command in ipairs(commands) do
+    on_release = on_release + redis.call(command, rw_channel, '1')
+  end
+end
 local on_head = 0
 if head then
   on_head = announce(channel .. ':' .. head, commands)

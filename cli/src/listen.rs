@@ -63,12 +63,14 @@ impl Listener {
         let fail = |e: redis::RedisError| Failure::redis("cannot subscribe", e);
         if session.classic {
             conn.subscribe(keys.channel()).await.map_err(fail)?;
+            conn.subscribe(keys.rw_channel()).await.map_err(fail)?;
             conn.psubscribe(glob::waiter_channel_pattern(keys))
                 .await
                 .map_err(fail)?;
         }
         if session.sharded {
             conn.ssubscribe(keys.channel()).await.map_err(fail)?;
+            conn.ssubscribe(keys.rw_channel()).await.map_err(fail)?;
         }
         let forward = tokio::spawn(async move {
             while let Some(push) = push_rx.recv().await {
@@ -137,6 +139,8 @@ async fn subscribe_server(target: &Target, keys: &LockKeys) -> Result<redis::aio
         .map_err(|_| Failure::Redis("cannot subscribe: connecting timed out".into()))?
         .map_err(fail)?;
     pubsub.subscribe(keys.channel()).await.map_err(fail)?;
+    // A read-write lock's releases are announced on its own channel.
+    pubsub.subscribe(keys.rw_channel()).await.map_err(fail)?;
     pubsub
         .psubscribe(glob::waiter_channel_pattern(keys))
         .await

@@ -158,10 +158,12 @@ impl Scanner<'_> {
         }
         let all: Vec<Vec<(String, String)>> = self.session.raw.pipe(&pipe).await.map_err(fail)?;
         for (key, fields) in small.into_iter().zip(all) {
+            // An owner hash: owner fields with counts, and a read-write lock's `mode`.
             let is_lock = !fields.is_empty()
-                && fields
-                    .iter()
-                    .all(|(f, v)| keys::looks_like_owner_field(f) && v.parse::<i64>().is_ok());
+                && fields.iter().all(|(f, v)| {
+                    (keys::looks_like_owner_field(f) && v.parse::<i64>().is_ok())
+                        || (f == "mode" && (v == "read" || v == "write"))
+                });
             if is_lock {
                 let found = self.found.entry(key.clone()).or_default();
                 found.roles.insert(Role::Lock);
@@ -309,6 +311,8 @@ async fn unusable(session: &mut Session, name: &str, f: &Found) -> Result<Snapsh
     Ok(Snapshot {
         name: name.to_owned(),
         kind: "other",
+        mode: None,
+        readers: Vec::new(),
         locked: false,
         server_time_ms: now,
         server_time: output::timestamp(now),

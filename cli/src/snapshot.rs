@@ -19,8 +19,12 @@ use crate::output::{self, Table};
 #[derive(Debug, Clone, Serialize)]
 pub struct Snapshot {
     pub name: String,
-    /// `fair`, `plain`, `absent` or `other` (see [`Snapshot::kind`]).
+    /// `fair`, `plain`, `rw` (a read-write lock), `absent` or `other` (see [`Snapshot::kind`]).
     pub kind: &'static str,
+    /// A read-write lock's mode: `read`, `write`, or `None` (free, or not a read-write lock).
+    pub mode: Option<&'static str>,
+    /// A read-write lock's read holders (its writer is among `owners`, with them).
+    pub readers: Vec<ReaderView>,
     pub locked: bool,
     pub server_time_ms: i64,
     pub server_time: String,
@@ -43,6 +47,19 @@ pub struct OwnerView {
     pub client_id: String,
     pub holder_id: Option<i64>,
     pub holds: u64,
+}
+
+/// A read holder of a read-write lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReaderView {
+    pub field: String,
+    pub client_id: String,
+    pub holder_id: Option<i64>,
+    pub holds: u64,
+    /// The remaining TTL of each hold's lease key (1 first); `None` for one that is gone.
+    pub lease_ttls_ms: Vec<Option<i64>>,
+    /// Whether any lease key is alive (a Redisson reader leaving counts the others by them).
+    pub alive: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -102,6 +119,13 @@ pub enum Role {
     Grants,
     Token,
     Latch,
+    /// A read-write lock's writer-preferring queue and its companions.
+    RwQueue,
+    RwWriters,
+    RwLiveness,
+    RwSeq,
+    /// A read hold's lease key.
+    Lease,
 }
 
 impl Role {
@@ -115,6 +139,11 @@ impl Role {
             Role::Grants => "grants",
             Role::Token => "fencing",
             Role::Latch => "latch",
+            Role::RwQueue => "rw_queue",
+            Role::RwWriters => "rw_writers",
+            Role::RwLiveness => "rw_liveness",
+            Role::RwSeq => "rw_seq",
+            Role::Lease => "lease",
         }
     }
 }
@@ -130,6 +159,11 @@ pub fn parse_derived(key: &str) -> Option<(String, Role)> {
         DerivedKey::Grants => Role::Grants,
         DerivedKey::Token => Role::Token,
         DerivedKey::Latch => Role::Latch,
+        DerivedKey::RwQueue => Role::RwQueue,
+        DerivedKey::RwWriters => Role::RwWriters,
+        DerivedKey::RwLiveness => Role::RwLiveness,
+        DerivedKey::RwSeq => Role::RwSeq,
+        DerivedKey::ReadLease => Role::Lease,
         // A key this version of the tool does not know.
         _ => return None,
     };
@@ -152,8 +186,10 @@ fn expected_type(role: Role) -> &'static str {
     match role {
         Role::Lock | Role::Grants => "hash",
         Role::Queue => "list",
-        Role::Deadlines | Role::Liveness => "zset",
-        Role::Token | Role::Latch => "string",
+        Role::Deadlines | Role::Liveness | Role::RwQueue | Role::RwWriters | Role::RwLiveness => {
+            "zset"
+        }
+        Role::Token | Role::Latch | Role::RwSeq | Role::Lease => "string",
     }
 }
 
@@ -172,6 +208,16 @@ pub async fn read(
         (Role::Grants, keys.grants().to_owned()),
         (Role::Token, keys.token().to_owned()),
     ];
+    let [rw_queue, rw_writers, rw_liveness, rw_seq] = keys.rw_queue_keys();
+    let roles: Vec<(Role, String)> = roles
+        .into_iter()
+        .chain([
+            (Role::RwQueue, rw_queue),
+            (Role::RwWriters, rw_writers),
+            (Role::RwLiveness, rw_liveness),
+            (Role::RwSeq, rw_seq),
+        ])
+        .collect();
     let mut pipe = redis::pipe();
     for (_, key) in &roles {
         pipe.cmd("TYPE").arg(key).cmd("PTTL").arg(key);
@@ -226,6 +272,27 @@ pub async fn read(
         for m in members {
             fairlock_clients.insert(keys::split_field(&m).0.to_owned());
         }
+    }
+
+    // A read-write lock: its hash has a `mode` field, or its writer-preferring keys exist.
+    let mode: Option<String> = if type_of(Role::Lock) == Some("hash") {
+        session
+            .raw
+            .query(redis::cmd("HGET").arg(keys.name()).arg("mode"))
+            .await
+            .map_err(|e| Failure::redis("cannot read the lock's mode", e))?
+    } else {
+        None
+    };
+    let rw_roles = [
+        Role::RwQueue,
+        Role::RwWriters,
+        Role::RwLiveness,
+        Role::RwSeq,
+    ];
+    let rw = mode.is_some() || rw_roles.into_iter().any(|r| type_of(r).is_some());
+    if rw {
+        return read_rw(session, name, &keys, present, mode, orphans, fencing_token).await;
     }
 
     let all_usable = [Role::Lock, Role::Queue, Role::Deadlines, Role::Liveness]
@@ -389,6 +456,8 @@ pub async fn read(
     Ok(Snapshot {
         name: name.to_owned(),
         kind,
+        mode: None,
+        readers: Vec::new(),
         locked,
         server_time_ms: now,
         server_time: output::timestamp(now),
@@ -401,6 +470,203 @@ pub async fn read(
         dead_waiters: queue.iter().filter(|w| !w.alive).count(),
         queue,
         keys: key_views,
+        orphans,
+    })
+}
+
+/// Reads a read-write lock (the library's `ReadWriteLock::state()`, Java holders included): the
+/// writer and readers as owners, each reader's lease keys, the writer-preferring queue.
+async fn read_rw(
+    session: &mut Session,
+    name: &str,
+    keys: &LockKeys,
+    present: Vec<(Role, String, String, i64)>,
+    mode: Option<String>,
+    mut orphans: Vec<Orphan>,
+    fencing_token: Option<i64>,
+) -> Result<Snapshot, Failure> {
+    for (role, key, kind, _) in &present {
+        let expected = expected_type(*role);
+        if kind != expected {
+            orphans.push(Orphan {
+                key: key.clone(),
+                problem: if *role == Role::Lock {
+                    "not_a_lock"
+                } else {
+                    "wrong_type"
+                },
+                detail: format!(
+                    "{} key holds a {kind}, expected a {expected}",
+                    role.as_str()
+                ),
+            });
+        }
+    }
+    if !orphans
+        .iter()
+        .any(|o| o.problem == "not_a_lock" || o.problem == "wrong_type")
+    {
+        let state = session.lib.read_write_lock(name).state().await?;
+        let now = epoch_ms(state.server_time);
+        let owner = |field: &str, holds: u32| {
+            let (client, holder) = keys::split_field(field);
+            OwnerView {
+                field: field.to_owned(),
+                client_id: client.to_owned(),
+                holder_id: holder,
+                holds: u64::from(holds),
+            }
+        };
+        let mut owners: Vec<OwnerView> = state
+            .writer
+            .iter()
+            .map(|w| owner(&w.field, w.holds))
+            .collect();
+        owners.extend(
+            state
+                .readers
+                .iter()
+                .map(|r| owner(&r.owner.field, r.owner.holds)),
+        );
+        let ms = |d: std::time::Duration| d.as_millis().min(i64::MAX as u128) as i64;
+        let readers: Vec<ReaderView> = state
+            .readers
+            .iter()
+            .map(|r| {
+                let (client, holder) = keys::split_field(&r.owner.field);
+                ReaderView {
+                    field: r.owner.field.clone(),
+                    client_id: client.to_owned(),
+                    holder_id: holder,
+                    holds: u64::from(r.owner.holds),
+                    lease_ttls_ms: r.leases.iter().map(|l| l.map(ms)).collect(),
+                    alive: r.alive(),
+                }
+            })
+            .collect();
+        let queue: Vec<WaiterView> = state
+            .queue
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let (client, holder) = keys::split_field(&w.field);
+                let mark = w.alive_until.map(epoch_ms);
+                let reason = match mark {
+                    None => Some("liveness_missing"),
+                    Some(m) if m < now => Some("liveness_lapsed"),
+                    Some(_) => None,
+                };
+                WaiterView {
+                    position: i + 1,
+                    field: w.field.clone(),
+                    client_id: client.to_owned(),
+                    holder_id: holder,
+                    fairlock: true,
+                    deadline_ms: None,
+                    deadline: None,
+                    deadline_in_ms: None,
+                    liveness_until_ms: mark,
+                    liveness_in_ms: mark.map(|m| m - now),
+                    alive: reason.is_none(),
+                    dead_reason: reason,
+                }
+            })
+            .collect();
+        let locked = state.is_locked();
+        let pttl_ms = match state.ttl {
+            Some(ttl) => ms(ttl),
+            None if locked => -1,
+            None => -2,
+        };
+        let mut key_views: Vec<KeyView> = present
+            .iter()
+            .map(|(role, key, kind, pttl)| KeyView {
+                key: key.clone(),
+                role: role.as_str(),
+                kind: kind.clone(),
+                pttl_ms: *pttl,
+            })
+            .collect();
+        for r in &readers {
+            for (k, ttl) in r.lease_ttls_ms.iter().enumerate() {
+                if let Some(ttl) = ttl {
+                    key_views.push(KeyView {
+                        key: keys.lease_key(&r.field, k as u32 + 1),
+                        role: Role::Lease.as_str(),
+                        kind: "string".into(),
+                        pttl_ms: *ttl,
+                    });
+                }
+            }
+        }
+        for (role, key, _, pttl) in &present {
+            match role {
+                Role::Lock if *pttl == -1 => orphans.push(Orphan {
+                    key: key.clone(),
+                    problem: "lock_without_ttl",
+                    detail: "lock hash without TTL: it never expires".into(),
+                }),
+                Role::RwQueue | Role::RwWriters | Role::RwLiveness | Role::RwSeq if *pttl == -1 => {
+                    orphans.push(Orphan {
+                        key: key.clone(),
+                        problem: "rw_queue_without_ttl",
+                        detail: format!("{} key without TTL", role.as_str()),
+                    })
+                }
+                _ => {}
+            }
+        }
+        let expires_at_ms = (locked && pttl_ms >= 0).then_some(now + pttl_ms);
+        return Ok(Snapshot {
+            name: name.to_owned(),
+            kind: "rw",
+            mode: match mode.as_deref() {
+                Some("read") => Some("read"),
+                Some("write") => Some("write"),
+                _ => None,
+            },
+            readers,
+            locked,
+            server_time_ms: now,
+            server_time: output::timestamp(now),
+            owners,
+            pttl_ms,
+            expires_at_ms,
+            expires_at: expires_at_ms.map(output::timestamp),
+            fencing_token,
+            queue_length: queue.len(),
+            dead_waiters: queue.iter().filter(|w| !w.alive).count(),
+            queue,
+            keys: key_views,
+            orphans,
+        });
+    }
+    let now = server_time(&mut session.raw).await?;
+    Ok(Snapshot {
+        name: name.to_owned(),
+        kind: "other",
+        mode: None,
+        readers: Vec::new(),
+        locked: false,
+        server_time_ms: now,
+        server_time: output::timestamp(now),
+        owners: Vec::new(),
+        pttl_ms: -2,
+        expires_at_ms: None,
+        expires_at: None,
+        fencing_token,
+        queue_length: 0,
+        dead_waiters: 0,
+        queue: Vec::new(),
+        keys: present
+            .iter()
+            .map(|(role, key, kind, pttl)| KeyView {
+                key: key.clone(),
+                role: role.as_str(),
+                kind: kind.clone(),
+                pttl_ms: *pttl,
+            })
+            .collect(),
         orphans,
     })
 }
@@ -538,13 +804,51 @@ pub fn render(s: &Snapshot, limit: usize) -> Vec<String> {
                         .into()
                 }
                 "other" => "not a lock (the key holds another type)".into(),
+                "rw" => "rw (a read-write lock: RReadWriteLock)".into(),
                 k => k.to_owned(),
             },
         ),
         ("state", state),
         ("server time", s.server_time.clone()),
     ];
+    if s.kind == "rw" {
+        items.push(("mode", s.mode.unwrap_or("-").to_owned()));
+    }
     for o in &s.owners {
+        if s.kind == "rw" {
+            let reader = s.readers.iter().find(|r| r.field == o.field);
+            items.push(match reader {
+                Some(r) => (
+                    "reader",
+                    format!(
+                        "client {}  holder {}  holds {}  leases {}{}",
+                        o.client_id,
+                        o.holder_id.map_or("?".into(), |h| h.to_string()),
+                        o.holds,
+                        r.lease_ttls_ms
+                            .iter()
+                            .map(|t| t.map_or("gone".into(), output::duration))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        if r.alive {
+                            ""
+                        } else {
+                            "  (DEAD: every lease key expired)"
+                        }
+                    ),
+                ),
+                None => (
+                    "writer",
+                    format!(
+                        "client {}  holder {}  holds {}",
+                        o.client_id,
+                        o.holder_id.map_or("?".into(), |h| h.to_string()),
+                        o.holds
+                    ),
+                ),
+            });
+            continue;
+        }
         items.push((
             "owner",
             format!(
@@ -571,6 +875,7 @@ pub fn render(s: &Snapshot, limit: usize) -> Vec<String> {
             .map_or("-".into(), |t| format!("{t} (last token handed out)")),
     ));
     if s.kind == "fair" || s.queue_length > 0 {
+        // (A read-write lock's queue holds its writer-preferring waiters.)
         items.push((
             "queue",
             match (s.queue_length, s.dead_waiters) {

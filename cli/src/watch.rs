@@ -537,6 +537,8 @@ mod tests {
 
     fn snap(time: i64, owners: &[(&str, u64)], queue: &[&str]) -> Snapshot {
         Snapshot {
+            mode: None,
+            readers: Vec::new(),
             name: "l".into(),
             kind: "fair",
             locked: !owners.is_empty(),

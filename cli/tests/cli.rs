@@ -1243,3 +1243,153 @@ async fn rediss_urls_connect_over_tls() {
     assert!(run.fails_with(3).contains("certificate"), "{run:?}");
     drop(server);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn read_write_locks_in_inspect_scan_watch_and_force_unlock() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut raw = server.conn();
+    // A short watchdog: our reader learns of the force unlock at its next renewal (1 s).
+    let ours = Client::builder()
+        .standalone(url.as_str())
+        .watchdog_timeout(Duration::from_secs(3))
+        .waiter_liveness(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    let name = "catalog";
+    // A watch from the start, to see the read-write lock's holders come and go.
+    let mut child = command(&["--url", &url, "--json", "watch", name, "--interval", "1s"])
+        .spawn()
+        .unwrap();
+    let rx = line_reader(&mut child);
+    let rx = tokio::task::spawn_blocking(move || {
+        next_event(&rx, "snapshot", Duration::from_secs(10));
+        rx
+    })
+    .await
+    .unwrap();
+
+    // A Java reader (Redisson's data: mode, its field, its lease key) and one of ours.
+    let java_reader = java(31);
+    let lease = format!("{{{name}}}:{java_reader}:rwlock_timeout:1");
+    let _: () = redis::pipe()
+        .hset(name, "mode", "read")
+        .hset(name, &java_reader, 1)
+        .set(&lease, 1)
+        .pexpire(&lease, 60_000)
+        .pexpire(name, 60_000)
+        .query(&mut raw)
+        .unwrap();
+    let rw = ours.read_write_lock(name).writer_preferring();
+    let reader = rw.read_lock().lock().await.unwrap();
+    let me = uuid_of(&ours);
+    let rx = tokio::task::spawn_blocking(move || {
+        // Both readers show up as holders (in one snapshot or two).
+        let mut seen = Vec::new();
+        while !(seen.contains(&me) && seen.iter().any(|c| c.len() == 36 && *c != me)) {
+            let ev = next_event(&rx, "acquired", Duration::from_secs(10));
+            seen.push(ev["client_id"].as_str().unwrap().to_owned());
+        }
+        rx
+    })
+    .await
+    .unwrap();
+    // A writer of ours queues behind both readers (writer-preferring).
+    let w = rw.write_lock();
+    let writer = tokio::spawn(async move { w.lock().await });
+    wait_until(Duration::from_secs(10), "writer queued", || {
+        raw.zcard::<_, i64>(format!("fairlock_rw_queue:{{{name}}}"))
+            .unwrap()
+            == 1
+    });
+
+    let run = cli(&["--url", &url, "--json", "inspect", name]).await;
+    run.ok();
+    let snap = run.json();
+    assert_eq!(snap["kind"], "rw");
+    assert_eq!(snap["mode"], "read");
+    assert_eq!(snap["locked"], true);
+    let readers = snap["readers"].as_array().unwrap();
+    assert_eq!(readers.len(), 2, "{snap}");
+    assert!(readers.iter().all(|r| r["alive"] == true));
+    let java_view = readers
+        .iter()
+        .find(|r| r["field"] == java_reader.as_str())
+        .unwrap();
+    assert!(java_view["lease_ttls_ms"][0].as_i64().unwrap() > 50_000);
+    assert_eq!(snap["queue_length"], 1);
+    assert!(snap["queue"][0]["field"]
+        .as_str()
+        .unwrap()
+        .ends_with(":write"));
+    assert_eq!(snap["queue"][0]["alive"], true);
+    let roles: Vec<&str> = snap["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["role"].as_str().unwrap())
+        .collect();
+    for role in [
+        "lock",
+        "lease",
+        "rw_queue",
+        "rw_writers",
+        "rw_liveness",
+        "rw_seq",
+    ] {
+        assert!(roles.contains(&role), "no {role} key in {roles:?}");
+    }
+    assert_eq!(snap["orphans"].as_array().unwrap().len(), 0, "{snap}");
+    let text = cli(&["--url", &url, "inspect", name]).await;
+    text.ok();
+    for want in [
+        "kind         rw (a read-write lock",
+        "mode         read",
+        "reader       client",
+    ] {
+        assert!(
+            text.stdout.contains(want),
+            "missing {want:?} in:\n{}",
+            text.stdout
+        );
+    }
+
+    // Scan finds it as one read-write lock (its lease keys and queue keys included).
+    let scan = cli(&["--url", &url, "--json", "scan"]).await;
+    scan.ok();
+    let report = scan.json();
+    let locks = report["locks"].as_array().unwrap();
+    let found: Vec<&Value> = locks.iter().filter(|l| l["name"] == name).collect();
+    assert_eq!(found.len(), 1, "{report}");
+    assert_eq!(found[0]["kind"], "rw");
+    assert_eq!(report["summary"]["orphans"], 0, "{report}");
+
+    // Force unlock: the readers are gone, and our queued writer is woken by '1' on the
+    // read-write channel at once (not by its 60 s TTL).
+    let forced = Instant::now();
+    cli(&["--url", &url, "force-unlock", name, "--yes"])
+        .await
+        .ok();
+    let w = joined(writer, Duration::from_secs(5), "the writer enters")
+        .await
+        .unwrap();
+    assert!(forced.elapsed() < Duration::from_secs(3));
+    let (writing, rx) = tokio::task::spawn_blocking(move || {
+        let ev = next_event(&rx, "acquired", Duration::from_secs(10));
+        (ev, rx)
+    })
+    .await
+    .unwrap();
+    assert!(
+        writing["field"].as_str().unwrap().ends_with(":write"),
+        "{writing}"
+    );
+    drop(rx);
+    let _ = child.kill();
+    let _ = child.wait();
+    tokio::time::timeout(Duration::from_secs(5), reader.lost())
+        .await
+        .expect("our reader learns it lost the lock");
+    w.unlock().await.unwrap();
+}
