@@ -71,6 +71,20 @@ local function rw_join(q, field, writer, now, window)
   return joined
 end
 
+-- Tells the queue's waiters who may enter now (when anyone is queued): `<head>:<first writer>` on
+-- the turns channel, the arrival numbers of the head and of the first queued writer (0: none). A
+-- waiting client compares them with its waiters' own numbers and wakes only those whose turn
+-- came (a queued reader before the first writer, a writer at the head), instead of every waiter
+-- on every change.
+local function rw_announce(q, publish_cmd, turns)
+  local head = redis.call('ZRANGE', q.queue, 0, 0, 'WITHSCORES')
+  if head[1] == nil then
+    return
+  end
+  local writer = redis.call('ZRANGE', q.writers, 0, 0, 'WITHSCORES')
+  redis.call(publish_cmd, turns, head[2] .. ':' .. (writer[2] or '0'))
+end
+
 -- Takes `field` out of the queue. Returns whether it was queued.
 local function rw_leave(q, field)
   local was = redis.call('ZREM', q.queue, field) == 1

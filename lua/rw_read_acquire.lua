@@ -9,7 +9,8 @@
 -- the caller believes Redis has for it, ARGV[4] our write field (the same plus ':write'),
 -- ARGV[5] '' for a handle that does not prefer writers (the queue is not looked at), else 'try'
 -- (never queue) or 'queue' (queue, or stay queued, when we may not enter yet), ARGV[6] the
--- liveness window in ms, ARGV[7] publish command, ARGV[8] the lock's channel
+-- liveness window in ms, ARGV[7] publish command, ARGV[8] the lock's channel, ARGV[9] the
+-- turns channel of the writer-preferring queue
 --
 -- Every read hold numbered k has a lease key `<base>:<field>:rwlock_timeout:<k>` (a string with a
 -- PX), as Redisson's readers do: a Redisson read unlock counts a reader as alive only through its
@@ -21,12 +22,14 @@
 --        (an earlier send of this attempt took it; taken up, not added); {0, pos, pttl} a writer
 --        holds the lock, or a writer-preferring queue has us wait behind a writer; pos = our place
 --        in that queue when this attempt joined it, else 0; pttl = the lock's remaining TTL (-1:
---        no expiry, or free: wait for a message or a heartbeat).
+--        no expiry, or free: wait for a message or a heartbeat); a writer-preferring wait adds
+--        {…, 0, seq, may_enter}: our arrival number and whether our turn has come (see
+--        rw_announce in rw_prologue.lua).
 
 local name, base = KEYS[1], KEYS[2]
 local q = {queue = KEYS[3], writers = KEYS[4], live = KEYS[5], seq = KEYS[6]}
 local lease, field, expected, write_field = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local queueing, window, publish_cmd, channel = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
+local queueing, window, publish_cmd, turns = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[9]
 local prefix = base .. ':' .. field .. ':rwlock_timeout:'
 
 -- Every lease key of ours (1..count) lives at least `lease` from now; the hash too.
@@ -49,24 +52,36 @@ local mode = redis.call('HGET', name, 'mode')
 local held = mode and tonumber(redis.call('HGET', name, field)) or 0
 local own_writer = mode == 'write' and redis.call('HEXISTS', name, write_field) == 1
 local now
+
+-- A writer-preferring wait reports its arrival number and whether its turn has come (the
+-- waiting client wakes it on the turns channel only when that changes): {0, joined, hint, 0,
+-- seq, may_enter}.
+local function waiting(joined, hint, may_enter)
+  if not now then
+    return {0, joined, hint}
+  end
+  local seq = tonumber(redis.call('ZSCORE', q.queue, field)) or 0
+  return {0, joined, hint, 0, seq, may_enter and 1 or 0}
+end
+
 if queueing ~= '' and held == 0 and not own_writer then
   now = rw_now()
-  if rw_purge(q, now) > 0 and mode ~= 'write' then
-    -- A dead writer may have kept readers behind it out: let them look again.
-    redis.call(publish_cmd, channel, '0')
+  if rw_purge(q, now) > 0 then
+    -- Dead waiters may have kept others out: tell who may enter now.
+    rw_announce(q, publish_cmd, turns)
   end
   if not rw_turn(q, field, false) then
     local joined = 0
     if queueing == 'queue' then
       joined = rw_join(q, field, false, now, window)
     end
-    return {0, joined, mode and redis.call('PTTL', name) or -1}
+    return waiting(joined, mode and redis.call('PTTL', name) or -1, false)
   end
 end
 
 local function entered(code, count)
-  if now then
-    rw_leave(q, field)
+  if now and rw_leave(q, field) then
+    rw_announce(q, publish_cmd, turns)
   end
   return {code, count, 0}
 end
@@ -90,4 +105,4 @@ local joined = 0
 if queueing == 'queue' and now then
   joined = rw_join(q, field, false, now, window)
 end
-return {0, joined, redis.call('PTTL', name)}
+return waiting(joined, redis.call('PTTL', name), true)

@@ -8,7 +8,7 @@
 -- ARGV[4] '1' to increment the fencing counter on a grant, ARGV[5] our read field (the holder's
 -- field without ':write'), ARGV[6] '' for a handle that does not prefer writers, else 'try' or
 -- 'queue' (as in rw_read_acquire.lua), ARGV[7] the liveness window in ms, ARGV[8] publish
--- command, ARGV[9] the lock's channel
+-- command, ARGV[9] the lock's channel, ARGV[10] the turns channel of the writer-preferring queue
 --
 -- Reply: {1, count, token} taken or re-entered; {2, count, token} the caller's count + 1 was
 --        already there (taken up, not added); {0, pos, pttl} held by others (pos: our place in
@@ -22,7 +22,7 @@ local name, token_key = KEYS[1], KEYS[2]
 local q = {queue = KEYS[3], writers = KEYS[4], live = KEYS[5], seq = KEYS[6]}
 local lease, field, expected = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local fenced, read_field = ARGV[4] == '1', ARGV[5]
-local queueing, window, publish_cmd, channel = ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9]
+local queueing, window, publish_cmd, turns = ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[10]
 
 local function token()
   if fenced then
@@ -47,25 +47,38 @@ if mode == 'read' and redis.call('HEXISTS', name, read_field) == 1 then
   return {-2, 0, 0}
 end
 local now
+
+-- A writer-preferring wait reports its arrival number and whether its turn has come (the
+-- waiting client wakes it on the turns channel only when that changes): {0, joined, hint, 0,
+-- seq, may_enter}.
+local function waiting(joined, hint, may_enter)
+  if not now then
+    return {0, joined, hint}
+  end
+  local seq = tonumber(redis.call('ZSCORE', q.queue, field)) or 0
+  return {0, joined, hint, 0, seq, may_enter and 1 or 0}
+end
+
 if queueing ~= '' and held == 0 then
   now = rw_now()
-  if rw_purge(q, now) > 0 and mode ~= 'write' then
-    redis.call(publish_cmd, channel, '0')
+  if rw_purge(q, now) > 0 then
+    -- Dead waiters may have kept others out: tell who may enter now.
+    rw_announce(q, publish_cmd, turns)
   end
   if not rw_turn(q, field, true) then
     local joined = 0
     if queueing == 'queue' then
       joined = rw_join(q, field, true, now, window)
     end
-    return {0, joined, mode and redis.call('PTTL', name) or -1}
+    return waiting(joined, mode and redis.call('PTTL', name) or -1, false)
   end
 end
 
 if mode == false then
   redis.call('HSET', name, 'mode', 'write', field, 1)
   redis.call('PEXPIRE', name, lease)
-  if now then
-    rw_leave(q, field)
+  if now and rw_leave(q, field) then
+    rw_announce(q, publish_cmd, turns)
   end
   return {1, 1, token()}
 end
@@ -78,4 +91,4 @@ local joined = 0
 if queueing == 'queue' and now then
   joined = rw_join(q, field, true, now, window)
 end
-return {0, joined, redis.call('PTTL', name)}
+return waiting(joined, redis.call('PTTL', name), true)

@@ -61,6 +61,11 @@ pub const RW_WRITERS_PREFIX: &str = "fairlock_rw_writers";
 pub const RW_LIVENESS_PREFIX: &str = "fairlock_rw_liveness";
 /// Prefix of the counter that numbers their arrivals, `fairlock_rw_seq:{NAME}`.
 pub const RW_SEQ_PREFIX: &str = "fairlock_rw_seq";
+/// Prefix of the channel on which fairlock's scripts announce who may enter next among
+/// writer-preferring waiters, `fairlock_rw_turns:{NAME}`: payload `<head>:<first writer>`, the
+/// arrival numbers of the queue's head and of its first writer (`0`: none). Redisson never
+/// listens to it.
+pub const RW_TURNS_PREFIX: &str = "fairlock_rw_turns";
 /// Prefix of Redisson's unlock latches, `redisson_unlock_latch:{NAME}:<request id>` (strings
 /// with a PX). fairlock never writes one.
 pub const LATCH_PREFIX: &str = "redisson_unlock_latch";
@@ -231,6 +236,12 @@ impl LockKeys {
             derived(RW_LIVENESS_PREFIX, name),
             derived(RW_SEQ_PREFIX, name),
         ]
+    }
+
+    /// The channel announcing turns among a read-write lock's writer-preferring waiters
+    /// (`fairlock_rw_turns:{NAME}`, [`RW_TURNS_PREFIX`]).
+    pub fn rw_turns_channel(&self) -> String {
+        derived(RW_TURNS_PREFIX, self.name())
     }
 
     /// The channel of one fair waiter: the release channel, `:`, its owner field.

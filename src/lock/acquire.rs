@@ -37,7 +37,7 @@ use crate::error::{duration_ms, Error, Result};
 use crate::keys::{Kind, LockSpec};
 use crate::lock::guard::{Lease, LockGuard};
 use crate::metrics;
-use crate::ops::{self, AcquireArgs, Attempt, Mode};
+use crate::ops::{self, AcquireArgs, Attempt, Mode, Turn};
 
 /// What one lock call asks for.
 #[derive(Debug, Clone, Copy)]
@@ -199,6 +199,8 @@ async fn acquire_inner(
         woken_by_message: None,
         pending: None,
         last_nonce: 0,
+        turns: None,
+        place: None,
     };
     async move { waiter.run(deadline).await }
         .instrument(span)
@@ -250,6 +252,10 @@ struct Waiter {
     pending: Option<(u64, Instant, i64)>,
     /// The nonce the last attempt sent (0: it asked for no hand-off).
     last_nonce: u64,
+    /// A writer-preferring read-write waiter: the turns channel of its queue, and its place as
+    /// its last attempt reported it (PROTOCOL 10).
+    turns: Option<Subscription>,
+    place: Option<Turn>,
 }
 
 /// A run of transient errors met by one waiter.
@@ -273,6 +279,14 @@ impl Waiter {
         if !self.zero_wait {
             let channel = self.args.spec.wake_channel(&self.args.field);
             self.subscription = self.inner.subscriber.subscribe_if_live(&channel);
+            if self.args.spec.prefer_writers {
+                let turns = self.args.spec.keys.rw_turns_channel();
+                self.turns = self.inner.subscriber.subscribe_if_live(&turns);
+                if self.turns.is_none() {
+                    // Both or neither: the first attempt is re-checked after subscribing.
+                    self.subscription = None;
+                }
+            }
         }
         let mut outage = Outage::default();
         // How long an attempt may wait for its field's turn behind earlier work of the same
@@ -285,9 +299,15 @@ impl Waiter {
         };
         loop {
             let sent = Instant::now();
-            // Messages a broadcasting mailbox (a read-write lock's) had before this attempt: one
-            // that comes while the attempt runs is seen before we sleep.
-            let seen = self.subscription.as_ref().map(|s| s.mail().seq());
+            // Messages the broadcast side of a read-write lock's mailbox had before this attempt
+            // (when we wait there): one that comes while the attempt runs is seen before we sleep.
+            let seen = self
+                .subscription
+                .as_ref()
+                .filter(|_| self.broadcast())
+                .map(|s| s.mail().seq());
+            // The same for the turns channel of a writer-preferring queue.
+            let seen_turns = self.turns.as_ref().map(|s| s.mail().seq());
             let Some((outcome, turn)) = self.attempt(turn_deadline).await else {
                 tracing::debug!("wait elapsed in the field's line");
                 return Ok(None);
@@ -320,8 +340,10 @@ impl Waiter {
                     hint_ms,
                     queued_at,
                     server_ms,
+                    turn: place,
                 } => {
                     drop(turn);
+                    self.place = place;
                     self.pending = (server_ms > 0 && self.last_nonce != 0).then_some((
                         self.last_nonce,
                         sent,
@@ -368,6 +390,26 @@ impl Waiter {
                         tracing::debug!("wait elapsed");
                         return Ok(None);
                     }
+                    if let Some(place) = self.place.filter(|p| !p.may_enter) {
+                        // Others are ahead in the writer-preferring queue: wait until an
+                        // announcement says our turn came (not for releases, which we could not
+                        // use), or a wake-up without one, or our deadline.
+                        let until = match deadline {
+                            Some(d) => d.min(now + max_idle(&self.inner)),
+                            None => now + max_idle(&self.inner),
+                        };
+                        if !self
+                            .wait_for_turn(place, seen_turns, until, &mut closed)
+                            .await?
+                        {
+                            if deadline.is_some_and(|d| Instant::now() >= d) {
+                                tracing::debug!("wait elapsed");
+                                return Ok(None);
+                            }
+                        }
+                        self.woken_by_message = Some(Instant::now());
+                        continue;
+                    }
                     let mut wake_at = now + max_idle(&self.inner);
                     if hint_ms >= 0 {
                         wake_at = wake_at.min(now + Duration::from_millis(hint_ms as u64 + 1));
@@ -381,7 +423,11 @@ impl Waiter {
                         .map(|s| s.mail().clone())
                         .expect("subscribed above");
                     self.woken_by_message = None;
-                    let notified = mail.notify().notified();
+                    let notified = if self.broadcast() {
+                        mail.readers().notified()
+                    } else {
+                        mail.notify().notified()
+                    };
                     tokio::pin!(notified);
                     // Registered before the check below, so a broadcast after it wakes us.
                     notified.as_mut().enable();
@@ -689,7 +735,59 @@ impl Waiter {
     async fn subscribe(&mut self) -> Result<()> {
         let channel = self.args.spec.wake_channel(&self.args.field);
         self.subscription = Some(self.inner.subscriber.subscribe(channel).await?);
+        if self.args.spec.prefer_writers && self.turns.is_none() {
+            let turns = self.args.spec.keys.rw_turns_channel();
+            self.turns = Some(self.inner.subscriber.subscribe(turns).await?);
+        }
         Ok(())
+    }
+
+    /// Waits on the turns channel of a writer-preferring queue until an announcement says the
+    /// turn of our place came (`true`), a wake-up without one came (`true`: look), or `until`
+    /// passed (`false`). `seen`: the channel's count of messages before our last attempt, so an
+    /// announcement that came during it is not missed.
+    async fn wait_for_turn(
+        &mut self,
+        place: Turn,
+        seen: Option<u64>,
+        until: Instant,
+        closed: &mut tokio::sync::watch::Receiver<bool>,
+    ) -> Result<bool> {
+        let Some(turns) = self.turns.as_ref().map(|s| s.mail().clone()) else {
+            return Ok(true);
+        };
+        let writer = self.args.spec.kind == Kind::Write;
+        let mut seen = seen.unwrap_or_else(|| turns.seq());
+        loop {
+            let notified = turns.readers().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if turns.seq() == seen {
+                tokio::select! {
+                    _ = &mut notified => {}
+                    _ = tokio::time::sleep_until(until.into()) => return Ok(false),
+                    _ = shut_down(closed) => return Err(Error::Shutdown),
+                }
+            }
+            seen = turns.seq();
+            match turns.turn() {
+                Some((head, first_writer))
+                    if !Turn::comes(place.seq, writer, head, first_writer) =>
+                {
+                    tracing::trace!(head, first_writer, seq = place.seq, "not our turn yet");
+                }
+                _ => return Ok(true),
+            }
+        }
+    }
+
+    /// Whether we wait on the broadcast side of a read-write lock's mailbox: a reader (readers
+    /// may all enter at once), or any waiter of a writer-preferring lock (which of them may enter
+    /// is the queue's to say, so every one of them looks). Writers of a default read-write lock
+    /// wait as a non-fair lock's waiters do, one woken per message.
+    fn broadcast(&self) -> bool {
+        let spec = &self.args.spec;
+        spec.kind == Kind::Read || (spec.kind == Kind::Write && spec.prefer_writers)
     }
 
     /// Has the driver heartbeat our place in a fair queue while we wait (once).
@@ -704,6 +802,7 @@ impl Waiter {
             spec: self.args.spec.clone(),
             field: self.args.field.clone(),
             mail: subscription.mail().clone(),
+            turns: self.turns.as_ref().map(|t| t.mail().clone()),
         });
         self.inner.driver.send(Work::Waiter(beat.clone()));
         self.beat = Some(beat);
@@ -770,6 +869,7 @@ async fn attempt_with_turn(
                         hint_ms: 10,
                         queued_at: None,
                         server_ms: 0,
+                        turn: None,
                     })
                 }
             }

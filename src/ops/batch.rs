@@ -201,9 +201,9 @@ pub(crate) async fn heartbeat(
                     let [queue, writers, live, seq] = k.rw_queue_keys();
                     cmd.arg(k.name()).arg(queue).arg(writers).arg(live).arg(seq);
                 }
-                cmd.arg(liveness_ms);
+                cmd.arg(liveness_ms).arg(publish);
                 for &i in chunk {
-                    cmd.arg(items[i].1);
+                    cmd.arg(items[i].1).arg(items[i].0.keys.rw_turns_channel());
                 }
                 pipe.add_command(cmd);
             }

@@ -54,7 +54,35 @@ pub(crate) enum Attempt {
         hint_ms: i64,
         queued_at: Option<u64>,
         server_ms: i64,
+        /// A writer-preferring read-write waiter's place: its arrival number, and whether its
+        /// turn has come (PROTOCOL 10).
+        turn: Option<Turn>,
     },
+}
+
+/// A writer-preferring read-write waiter's place in its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Turn {
+    /// Its arrival number.
+    pub(crate) seq: u64,
+    /// Whether it may enter by the queue's rule (it waits for the lock, not for others ahead).
+    pub(crate) may_enter: bool,
+}
+
+impl Turn {
+    /// Whether a waiter with arrival number `seq` may enter after the announcement
+    /// `<head>:<first writer>` (`fairlock_rw_turns:{NAME}`): a reader before the first writer,
+    /// a writer at the head. One no longer in the queue (`seq` before the head) should look.
+    pub(crate) fn comes(seq: u64, writer: bool, head: u64, first_writer: u64) -> bool {
+        if seq < head {
+            return true;
+        }
+        if writer {
+            seq == head
+        } else {
+            first_writer == 0 || seq < first_writer
+        }
+    }
 }
 
 /// What a release script found and did.
@@ -184,6 +212,7 @@ pub(crate) async fn acquire(
                 .arg(args.liveness_ms)
                 .arg(publish)
                 .arg(keys.rw_channel())
+                .arg(keys.rw_turns_channel())
                 .invoke_async(conn)
                 .await?
         }
@@ -205,6 +234,7 @@ pub(crate) async fn acquire(
                 .arg(args.liveness_ms)
                 .arg(publish)
                 .arg(keys.rw_channel())
+                .arg(keys.rw_turns_channel())
                 .invoke_async(conn)
                 .await?
         }
@@ -223,11 +253,22 @@ pub(crate) async fn acquire(
             hint_ms: *hint,
             queued_at: (*position > 0).then_some(*position as u64),
             server_ms: *server_ms,
+            turn: None,
         }),
         [0, position, hint] => Ok(Attempt::Waiting {
             hint_ms: *hint,
             queued_at: (*position > 0).then_some(*position as u64),
             server_ms: 0,
+            turn: None,
+        }),
+        [0, position, hint, 0, seq, may_enter] => Ok(Attempt::Waiting {
+            hint_ms: *hint,
+            queued_at: (*position > 0).then_some(*position as u64),
+            server_ms: 0,
+            turn: (*seq > 0).then_some(Turn {
+                seq: *seq as u64,
+                may_enter: *may_enter == 1,
+            }),
         }),
         _ => Err(Error::bad_reply("acquire", reply)),
     }
@@ -314,7 +355,7 @@ pub(crate) async fn give_up(
             .key(seq)
             .arg(field)
             .arg(publish)
-            .arg(keys.rw_channel())
+            .arg(keys.rw_turns_channel())
             .invoke_async(conn)
             .await?;
         return match code {

@@ -9,5 +9,5 @@ pub(crate) mod retry;
 
 pub(crate) use calls::{
     acquire, extend, force_unlock, give_up, rw_force_unlock, rw_state, state, unlock, AcquireArgs,
-    Attempt, Mode, ReleaseArgs, Released, Unlocked,
+    Attempt, Mode, ReleaseArgs, Released, Turn, Unlocked,
 };

@@ -84,58 +84,91 @@ impl Grant {
 /// What the waiters of one channel are woken through: a `Notify` poked once per message, and the
 /// last direct grant announced on the channel, kept until a waiter takes it.
 ///
-/// A read-write lock's channel broadcasts instead: every message wakes every waiter of the
-/// channel (a writer leaving may let all waiting readers in at once) and counts one in `seq`,
-/// which a waiter reads before its attempt and checks before it sleeps, so a message that came
-/// in between is never missed (`notify_waiters` stores no permit).
+/// A read-write lock's channel also has a broadcast side: every message wakes every reader
+/// waiting on [`readers`](Self::readers) (a writer leaving may let all of them in at once) and
+/// counts one in [`seq`](Self::seq), which such a waiter reads before its attempt and checks
+/// before it sleeps, so a message that came in between is never missed (`notify_waiters` stores no
+/// permit). Its writers wait on [`notify`](Self::notify), one woken per message, as for a
+/// non-fair lock: only one of them can get in.
 #[derive(Debug, Default)]
 pub(crate) struct Mailbox {
     notify: Notify,
     grant: Mutex<Option<Grant>>,
-    broadcast: bool,
+    /// A read-write lock's channel (or its writer-preferring turns channel): the broadcast side
+    /// is used.
+    rw: bool,
+    readers: Notify,
     seq: std::sync::atomic::AtomicU64,
+    /// The turns channel of a writer-preferring queue: its last announcement
+    /// `(head, first writer)`, `None` after a wake-up without one (then every waiter looks).
+    turns: bool,
+    turn: Mutex<Option<(u64, u64)>>,
 }
 
 impl Mailbox {
-    /// The mailbox of `channel`: broadcasting for a read-write lock's channel.
+    /// The mailbox of `channel`, with a broadcast side for a read-write lock's channel.
     pub(crate) fn for_channel(channel: &str) -> Self {
-        let broadcast = channel
-            .strip_prefix(crate::keys::RW_CHANNEL_PREFIX)
-            .is_some_and(|rest| rest.starts_with(':'));
+        let under = |prefix: &str| {
+            channel
+                .strip_prefix(prefix)
+                .is_some_and(|rest| rest.starts_with(':'))
+        };
+        let turns = under(crate::keys::RW_TURNS_PREFIX);
         Mailbox {
-            broadcast,
+            rw: turns || under(crate::keys::RW_CHANNEL_PREFIX),
+            turns,
             ..Mailbox::default()
         }
     }
 
-    /// Poked once per message on the channel (a permit is stored when nobody is waiting; a
-    /// broadcasting mailbox wakes whoever is registered and counts the message in
-    /// [`seq`](Self::seq)).
+    /// The last turns announcement `(head, first writer)` of a writer-preferring queue, `None`
+    /// when there was none or a wake-up without one came after it.
+    pub(crate) fn turn(&self) -> Option<(u64, u64)> {
+        *self.turn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Poked once per message on the channel (a permit is stored when nobody is waiting).
     pub(crate) fn notify(&self) -> &Notify {
         &self.notify
     }
 
-    /// Messages (and wake-ups) a broadcasting mailbox has had so far.
+    /// A read-write lock's broadcast side: every registered waiter is woken by each message.
+    pub(crate) fn readers(&self) -> &Notify {
+        &self.readers
+    }
+
+    /// Messages (and wake-ups) the broadcast side has had so far.
     pub(crate) fn seq(&self) -> u64 {
         self.seq.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Wakes one waiter without a message (a heartbeat's finding, a reconnect); every waiter of
-    /// a broadcasting mailbox.
+    /// Wakes without a message (a heartbeat's finding, a reconnect): one waiter on
+    /// [`notify`](Self::notify), and every one on the broadcast side.
     pub(crate) fn wake(&self) {
-        if self.broadcast {
-            self.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            self.notify.notify_waiters();
-        } else {
-            self.notify.notify_one();
+        if self.turns {
+            *self.turn.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
+        if self.rw {
+            self.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.readers.notify_waiters();
+        }
+        self.notify.notify_one();
     }
 
-    /// A message arrived: keeps it when it is a grant, then wakes one waiter (every waiter of a
-    /// broadcasting mailbox).
+    /// A message arrived: keeps it when it is a grant, then wakes (see [`wake`](Self::wake)).
     fn post(&self, payload: &[u8]) {
         if let Some(grant) = Grant::parse(payload) {
             *self.grant.lock().unwrap_or_else(|p| p.into_inner()) = Some(grant);
+        }
+        if self.turns {
+            let turn = std::str::from_utf8(payload).ok().and_then(|text| {
+                let (head, writer) = text.split_once(':')?;
+                Some((head.parse().ok()?, writer.parse().ok()?))
+            });
+            *self.turn.lock().unwrap_or_else(|p| p.into_inner()) = turn;
+            self.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.readers.notify_waiters();
+            return;
         }
         self.wake();
     }

@@ -28,6 +28,8 @@ pub(crate) struct WaiterBeat {
     pub(crate) field: Arc<str>,
     /// The waiter's wake-up (shared with its subscription).
     pub(crate) mail: Arc<crate::conn::subscriber::Mailbox>,
+    /// A writer-preferring read-write waiter's turns channel, woken too (it may be waiting there).
+    pub(crate) turns: Option<Arc<crate::conn::subscriber::Mailbox>>,
 }
 
 /// How often a waiter's deadline is refreshed.
@@ -78,6 +80,9 @@ pub(super) fn on_beaten(waiters: &[Weak<WaiterBeat>], result: Result<Vec<Beat>>)
                         "heartbeat wakes waiter"
                     );
                     w.mail.wake();
+                    if let Some(turns) = &w.turns {
+                        turns.wake();
+                    }
                 }
             }
         }
