@@ -398,14 +398,12 @@ impl Waiter {
                             Some(d) => d.min(now + max_idle(&self.inner)),
                             None => now + max_idle(&self.inner),
                         };
-                        if !self
+                        let turn_came = self
                             .wait_for_turn(place, seen_turns, until, &mut closed)
-                            .await?
-                        {
-                            if deadline.is_some_and(|d| Instant::now() >= d) {
-                                tracing::debug!("wait elapsed");
-                                return Ok(None);
-                            }
+                            .await?;
+                        if !turn_came && deadline.is_some_and(|d| Instant::now() >= d) {
+                            tracing::debug!("wait elapsed");
+                            return Ok(None);
                         }
                         self.woken_by_message = Some(Instant::now());
                         continue;
