@@ -145,6 +145,7 @@ mod tests {
             hint_ms: 5,
             queued_at: None,
             server_ms: 0,
+            turn: None,
         });
         assert!(plan(&waiting, &args(Kind::Fair, Mode::Queue)).give_up);
         assert!(plan(&waiting, &args(Kind::Fair, Mode::Requeue)).give_up);
