@@ -521,3 +521,24 @@ pub(crate) async fn state(conn: &mut Conn, spec: &LockSpec) -> Result<RawState> 
         waiters,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Turn;
+
+    #[test]
+    fn a_turn_comes_for_readers_before_the_first_writer_and_for_a_writer_at_the_head() {
+        // Queue 5 (reader), 6 (reader), 7 (writer), 8 (reader): head 5, first writer 7.
+        assert!(Turn::comes(5, false, 5, 7));
+        assert!(Turn::comes(6, false, 5, 7));
+        assert!(!Turn::comes(7, true, 5, 7));
+        assert!(!Turn::comes(8, false, 5, 7));
+        // The readers entered: the writer is the head.
+        assert!(Turn::comes(7, true, 7, 7));
+        assert!(!Turn::comes(8, false, 7, 7));
+        // No writer queued: every reader.
+        assert!(Turn::comes(9, false, 8, 0));
+        // Gone from the queue (before the head): look.
+        assert!(Turn::comes(3, true, 7, 7));
+    }
+}

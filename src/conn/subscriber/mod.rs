@@ -304,7 +304,42 @@ impl Drop for Subscription {
 
 #[cfg(test)]
 mod tests {
-    use super::Grant;
+    use super::{Grant, Mailbox};
+
+    #[tokio::test]
+    async fn a_read_write_channel_wakes_every_reader_and_one_writer() {
+        let mail = Mailbox::for_channel("redisson_rwlock:{docs}");
+        let (r1, r2) = (mail.readers().notified(), mail.readers().notified());
+        tokio::pin!(r1, r2);
+        r1.as_mut().enable();
+        r2.as_mut().enable();
+        let before = mail.seq();
+        mail.post(b"1");
+        assert_eq!(mail.seq(), before + 1);
+        r1.await;
+        r2.await;
+        // The writers' side keeps a permit for one writer.
+        mail.notify().notified().await;
+        // A plain lock's channel has no broadcast side.
+        let plain = Mailbox::for_channel("redisson_lock__channel:{docs}");
+        plain.post(b"0");
+        assert_eq!(plain.seq(), 0);
+    }
+
+    #[test]
+    fn turns_announcements_are_kept_and_a_wake_up_without_one_clears_them() {
+        let turns = Mailbox::for_channel("fairlock_rw_turns:{docs}");
+        assert_eq!(turns.turn(), None);
+        turns.post(b"12:15");
+        assert_eq!(turns.turn(), Some((12, 15)));
+        assert_eq!(turns.seq(), 1);
+        turns.post(b"nonsense");
+        assert_eq!(turns.turn(), None, "an unreadable announcement makes everyone look");
+        turns.post(b"13:0");
+        turns.wake();
+        assert_eq!(turns.turn(), None);
+        assert_eq!(turns.seq(), 4);
+    }
 
     #[test]
     fn grants_are_read_and_anything_else_is_not_one() {
