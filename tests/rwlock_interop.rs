@@ -1,8 +1,9 @@
 //! The read-write lock shared with the real Redisson (`RReadWriteLock` in a JVM, driven by
 //! `interop/redisson/RedissonPeer.java`), on one server and on a cluster: Java and Rust readers
 //! together, writers of either side waiting behind readers of the other and woken by their
-//! messages, downgrades on both sides, a killed JVM reader and a killed Rust reader that stop
-//! counting when their lease keys expire, and Redisson's `forceUnlock` seen by our guards as lost.
+//! messages, downgrades on both sides, Redisson's `forceUnlock` seen by our guards as lost (all of
+//! these on both), and a killed JVM reader and a killed Rust reader that stop counting when their
+//! lease keys expire (one server).
 
 use fairlock_testkit as support;
 
@@ -158,19 +159,22 @@ async fn java_and_rust_share_one_read_write_lock_on_a_cluster() {
     // A plain name (braces added to the lease keys) and a hash-tagged one.
     readers_and_writers_across_sides(&peer, &c, "rw:cluster").await;
     readers_and_writers_across_sides(&peer, &c, "{tag}rw").await;
+    downgrades(&peer, &c, "rw:cluster:downgrade").await;
+    let short = Client::builder()
+        .cluster(cluster.urls())
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .await
+        .unwrap();
+    forced_by_redisson(&peer, &short, "rw:cluster:forced").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn downgrades_on_either_side_let_the_other_side_read() {
-    let server = RedisServer::start();
-    let mut raw = server.conn();
-    let peer = JavaPeer::start(&single(&server));
-    let c = client(&server.url(), Duration::from_secs(30)).await;
-    let name = "rw:downgrade";
+/// Downgrades on both sides: a Java writer that also reads and then releases the write leaves
+/// the lock in read mode, and a fairlock reader enters; the same by fairlock, whose `1` wakes a
+/// waiting Java reader at once (Redisson itself publishes nothing there).
+async fn downgrades(peer: &JavaPeer, c: &Client, name: &str) {
     let rw = c.read_write_lock(name);
-
-    // Java: write, then read by the same thread, then release the write: read mode, and a Rust
-    // reader enters.
+    let mode = || async { rw.state().await.unwrap().mode };
     peer.call(&format!("lock write {name} 1 -1"))
         .await
         .ok("java write");
@@ -186,6 +190,7 @@ async fn downgrades_on_either_side_let_the_other_side_read() {
     peer.call(&format!("unlock write {name} 1"))
         .await
         .ok("java write unlock");
+    assert_eq!(mode().await, Some(RwMode::Read));
     let ours = rw
         .read_lock()
         .try_lock(Duration::ZERO, None)
@@ -196,10 +201,8 @@ async fn downgrades_on_either_side_let_the_other_side_read() {
     peer.call(&format!("unlock read {name} 1"))
         .await
         .ok("java read unlock");
-    assert!(!raw.exists::<_, bool>(name).unwrap());
+    assert_eq!(mode().await, None);
 
-    // Rust: the same; a waiting Java reader is woken by the downgrade's `1` (Redisson itself
-    // publishes nothing there).
     let me = c.holder();
     let w = rw.write_lock().with_holder(me).lock().await.unwrap();
     let r = rw.read_lock().with_holder(me).lock().await.unwrap();
@@ -216,21 +219,16 @@ async fn downgrades_on_either_side_let_the_other_side_read() {
         "{:?}",
         left.elapsed()
     );
-    let mode: String = raw.hget(name, "mode").unwrap();
-    assert_eq!(mode, "read");
+    assert_eq!(mode().await, Some(RwMode::Read));
     r.unlock().await.unwrap();
     peer.call(&format!("unlock read {name} 2"))
         .await
         .ok("java read unlock");
-    assert!(!raw.exists::<_, bool>(name).unwrap());
+    assert_eq!(mode().await, None);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redisson_force_unlock_is_seen_as_lost() {
-    let server = RedisServer::start();
-    let peer = JavaPeer::start(&single(&server));
-    let c = client(&server.url(), Duration::from_millis(900)).await;
-    let name = "rw:forced";
+/// Redisson's `forceUnlock` of each side is seen by our guards as lost (at their next renewal).
+async fn forced_by_redisson(peer: &JavaPeer, c: &Client, name: &str) {
     let rw = c.read_write_lock(name);
     let r = rw.read_lock().lock().await.unwrap();
     let forced = peer.call(&format!("force read {name}")).await;
@@ -242,6 +240,24 @@ async fn redisson_force_unlock_is_seen_as_lost() {
     assert_eq!(forced.ok("java force write"), "true");
     let reason = tokio::time::timeout(ANSWER, w.lost()).await.unwrap();
     assert_eq!(reason, LostReason::Gone);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downgrades_on_either_side_let_the_other_side_read() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let peer = JavaPeer::start(&single(&server));
+    let c = client(&server.url(), Duration::from_secs(30)).await;
+    downgrades(&peer, &c, "rw:downgrade").await;
+    assert!(!raw.exists::<_, bool>("rw:downgrade").unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_force_unlock_is_seen_as_lost() {
+    let server = RedisServer::start();
+    let peer = JavaPeer::start(&single(&server));
+    let c = client(&server.url(), Duration::from_millis(900)).await;
+    forced_by_redisson(&peer, &c, "rw:forced").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,6 +42,11 @@ use crate::state::RwLockState;
 ///   behind its own holder's read holds (in Redisson it does).
 /// * **Fencing**: [`WriteLock::fenced`] hands every write acquisition a token from
 ///   `redisson_lock_token:{NAME}`; readers get none.
+/// * **Fixed read leases next to Redisson readers**: Redisson's renewal of a read hold sets the
+///   lock's TTL to its watchdog timeout (30 s by default), which can shorten it; a read hold
+///   with a longer fixed lease can then end early, unannounced, once that Redisson reader goes
+///   away. Keep fixed read leases within Redisson's `lockWatchdogTimeout`, or use the watchdog
+///   (PROTOCOL 10, F10).
 ///
 /// ```no_run
 /// # async fn demo() -> fairlock::Result<()> {

@@ -12,7 +12,11 @@
 //! * waiters sleep on their per-waiter channel (`redisson_lock__channel:{NAME}:<field>`) or, for a
 //!   non-fair lock, the lock's channel, and poll again when the returned TTL runs out;
 //! * locks taken without a lease are renewed every `renew_every` to `watchdog` (30 s / 10 s in
-//!   Redisson; short in the test).
+//!   Redisson; short in the test);
+//! * read-write locks ([`RedissonPeer::acquire_rw`]) as `RReadWriteLock` does: `mode`, read and
+//!   `:write` fields, one lease key per read hold, the dead-reader scan of a read unlock, read
+//!   renewals of every lease key and the hash, `0` / `1` on `redisson_rwlock:{NAME}` (a `1` wakes
+//!   every waiter of the channel, a `0` one), nothing published on a downgrade.
 //!
 //! Deviations, all for the test's sake: sleeps between polls have a floor of `min_poll` (Redisson
 //! polls again at once on a TTL of 0); a waiter told to stop at teardown gives up even from
@@ -45,6 +49,11 @@ struct Scripts {
     lock_acquire: redis::Script,
     lock_unlock: redis::Script,
     renew: redis::Script,
+    rw_read_acquire: redis::Script,
+    rw_write_acquire: redis::Script,
+    rw_read_unlock: redis::Script,
+    rw_write_unlock: redis::Script,
+    rw_read_renew: redis::Script,
 }
 
 impl Scripts {
@@ -56,6 +65,11 @@ impl Scripts {
             lock_acquire: redis::Script::new(include_str!("lua/redisson_lock_acquire.lua")),
             lock_unlock: redis::Script::new(include_str!("lua/redisson_lock_unlock.lua")),
             renew: redis::Script::new(include_str!("lua/redisson_renew.lua")),
+            rw_read_acquire: redis::Script::new(include_str!("lua/redisson_rw_read_acquire.lua")),
+            rw_write_acquire: redis::Script::new(include_str!("lua/redisson_rw_write_acquire.lua")),
+            rw_read_unlock: redis::Script::new(include_str!("lua/redisson_rw_read_unlock.lua")),
+            rw_write_unlock: redis::Script::new(include_str!("lua/redisson_rw_write_unlock.lua")),
+            rw_read_renew: redis::Script::new(include_str!("lua/redisson_rw_read_renew.lua")),
         }
     }
 }
@@ -123,10 +137,38 @@ impl Drop for Inner {
     }
 }
 
+/// Which of Redisson's locks a call takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Fair,
+    Plain,
+    Read,
+    Write,
+}
+
+/// The channel of a read-write lock (`redisson_rwlock:{NAME}`).
+fn rw_channel(name: &str) -> String {
+    derived_key("redisson_rwlock", name)
+}
+
+/// The lease-key prefix of read field `field` of `name` (`{NAME}:<field>:rwlock_timeout`).
+fn lease_prefix(name: &str, field: &str) -> String {
+    format!("{}:{field}:rwlock_timeout", lease_base(name))
+}
+
+/// What lease keys of `name` are named from: `{NAME}`, or NAME when it has a `{`.
+fn lease_base(name: &str) -> String {
+    if name.contains('{') {
+        name.to_owned()
+    } else {
+        format!("{{{name}}}")
+    }
+}
+
 /// One (lock, field) hold shared by a thread's reentrant acquisitions.
 struct Hold {
     name: String,
-    fair: bool,
+    kind: Kind,
     field: String,
     lease_ms: i64,
     count: AtomicU32,
@@ -291,8 +333,37 @@ impl RedissonPeer {
         fair: bool,
         how: Wait,
     ) -> Option<PeerGuard> {
+        let kind = if fair { Kind::Fair } else { Kind::Plain };
+        self.acquire_kind(thread, name, kind, how).await
+    }
+
+    /// `readLock()` (`write` false) or `writeLock()` (`write` true) of `getReadWriteLock(name)`,
+    /// `lock()` / `tryLock(wait, lease)`, by `thread`. `None` as for [`acquire`](Self::acquire).
+    /// (Redisson hands out no fencing token here: the grant records token 0.)
+    pub async fn acquire_rw(
+        &self,
+        thread: i64,
+        name: &str,
+        write: bool,
+        how: Wait,
+    ) -> Option<PeerGuard> {
+        let kind = if write { Kind::Write } else { Kind::Read };
+        self.acquire_kind(thread, name, kind, how).await
+    }
+
+    async fn acquire_kind(
+        &self,
+        thread: i64,
+        name: &str,
+        kind: Kind,
+        how: Wait,
+    ) -> Option<PeerGuard> {
+        let fair = kind == Kind::Fair;
         let inner = &self.inner;
-        let field = self.field(thread);
+        let mut field = self.field(thread);
+        if kind == Kind::Write {
+            field.push_str(":write");
+        }
         let id = format!(
             "{}.{}",
             inner.proc,
@@ -340,10 +411,10 @@ impl RedissonPeer {
         let started = Instant::now();
         let deadline = how.wait.map(|w| started + w);
         let abandon_at = how.abandon_after.map(|a| started + a);
-        let chan = if fair {
-            waiter_channel(name, &field)
-        } else {
-            release_channel(name)
+        let chan = match kind {
+            Kind::Fair => waiter_channel(name, &field),
+            Kind::Plain => release_channel(name),
+            Kind::Read | Kind::Write => rw_channel(name),
         };
         let mut subscribed: Option<Arc<Notify>> = None;
         let mut queued_deadline: Option<i64> = None;
@@ -358,7 +429,7 @@ impl RedissonPeer {
             };
         loop {
             let sent = mono_ns();
-            let poll = self.poll(name, fair, &field, lease_ms, wait_ms).await;
+            let poll = self.poll(name, kind, &field, lease_ms, wait_ms).await;
             match poll {
                 Ok(Poll::Granted(token, reentered)) => {
                     if reentered && !reentrant {
@@ -367,7 +438,7 @@ impl RedissonPeer {
                         // queue's order does not apply.
                         self.mark_reentrant(&id);
                     }
-                    let hold = self.hold_for(name, fair, &field, lease_ms, how.lease.is_none());
+                    let hold = self.hold_for(name, kind, &field, lease_ms, how.lease.is_none());
                     hold.validity.fetch_max(
                         sent + lease_ms as u64 * 1_000_000 - margin_ns(lease_ms),
                         Ordering::SeqCst,
@@ -382,7 +453,8 @@ impl RedissonPeer {
                             ms: wait_ms as u64,
                         });
                     }
-                    self.record(end(Outcome::Granted, Some(token), Some(vu), String::new()));
+                    let token = (!matches!(kind, Kind::Read | Kind::Write)).then_some(token);
+                    self.record(end(Outcome::Granted, token, Some(vu), String::new()));
                     if let Some(n) = subscribed.take() {
                         drop(n);
                         inner.hub.unsubscribe(&chan).await;
@@ -486,14 +558,30 @@ impl RedissonPeer {
     async fn poll(
         &self,
         name: &str,
-        fair: bool,
+        kind: Kind,
         field: &str,
         lease_ms: i64,
         wait_ms: i64,
     ) -> redis::RedisResult<Poll> {
         let s = &self.inner.scripts;
         let mut conn = self.conn();
-        let reply: Vec<i64> = if fair {
+        let reply: Vec<i64> = if kind == Kind::Read {
+            s.rw_read_acquire
+                .key(name)
+                .key(lease_prefix(name, field))
+                .arg(lease_ms)
+                .arg(field)
+                .arg(format!("{field}:write"))
+                .invoke_async(&mut conn)
+                .await?
+        } else if kind == Kind::Write {
+            s.rw_write_acquire
+                .key(name)
+                .arg(lease_ms)
+                .arg(field)
+                .invoke_async(&mut conn)
+                .await?
+        } else if kind == Kind::Fair {
             s.fair_acquire
                 .key(name)
                 .key(derived_key("redisson_lock_queue", name))
@@ -555,7 +643,7 @@ impl RedissonPeer {
     fn hold_for(
         &self,
         name: &str,
-        fair: bool,
+        kind: Kind,
         field: &str,
         lease_ms: i64,
         watchdog: bool,
@@ -568,7 +656,7 @@ impl RedissonPeer {
         }
         let hold = Arc::new(Hold {
             name: name.to_owned(),
-            fair,
+            kind,
             field: field.to_owned(),
             lease_ms,
             count: AtomicU32::new(1),
@@ -592,15 +680,25 @@ impl RedissonPeer {
             }
             let sent = mono_ns();
             let mut conn = self.conn();
-            let r: redis::RedisResult<i64> = self
-                .inner
-                .scripts
-                .renew
-                .key(&hold.name)
-                .arg(cfg.watchdog.as_millis() as i64)
-                .arg(&hold.field)
-                .invoke_async(&mut conn)
-                .await;
+            let scripts = &self.inner.scripts;
+            let r: redis::RedisResult<i64> = if hold.kind == Kind::Read {
+                scripts
+                    .rw_read_renew
+                    .key(&hold.name)
+                    .key(lease_prefix(&hold.name, &hold.field))
+                    .arg(cfg.watchdog.as_millis() as i64)
+                    .arg(&hold.field)
+                    .invoke_async(&mut conn)
+                    .await
+            } else {
+                scripts
+                    .renew
+                    .key(&hold.name)
+                    .arg(cfg.watchdog.as_millis() as i64)
+                    .arg(&hold.field)
+                    .invoke_async(&mut conn)
+                    .await
+            };
             match r {
                 Ok(1) => {
                     let ms = cfg.watchdog.as_millis() as i64;
@@ -657,7 +755,24 @@ impl RedissonPeer {
         }
         let s = &self.inner.scripts;
         let mut conn = self.conn();
-        let r: redis::RedisResult<i64> = if hold.fair {
+        let r: redis::RedisResult<i64> = if hold.kind == Kind::Read {
+            s.rw_read_unlock
+                .key(&hold.name)
+                .key(lease_prefix(&hold.name, &hold.field))
+                .key(lease_base(&hold.name))
+                .arg(&hold.field)
+                .arg(rw_channel(&hold.name))
+                .invoke_async(&mut conn)
+                .await
+        } else if hold.kind == Kind::Write {
+            s.rw_write_unlock
+                .key(&hold.name)
+                .arg(hold.lease_ms)
+                .arg(&hold.field)
+                .arg(rw_channel(&hold.name))
+                .invoke_async(&mut conn)
+                .await
+        } else if hold.kind == Kind::Fair {
             s.fair_unlock
                 .key(&hold.name)
                 .key(derived_key("redisson_lock_queue", &hold.name))
@@ -793,7 +908,13 @@ impl Hub {
             if ok {
                 while let Some(msg) = stream.next().await {
                     let ch = msg.get_channel_name().to_owned();
+                    // Redisson's read-write waiters: `1` releases every local waiter.
+                    let all = msg.get_payload::<String>().is_ok_and(|p| p == "1")
+                        && ch.starts_with("redisson_rwlock:");
                     if let Some((_, n)) = self.state.lock().unwrap().channels.get(&ch) {
+                        if all {
+                            n.notify_waiters();
+                        }
                         n.notify_one();
                     }
                 }

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use fairlock_testkit::redisson_peer::{RedissonPeer, Wait};
+use fairlock_testkit::redisson_peer::{PeerGuard, RedissonPeer, Wait};
 
 use crate::config::*;
 
@@ -18,9 +18,14 @@ pub async fn java_thread(
     let mut rng = Rng::new(seed);
     while !stop.load(Ordering::SeqCst) {
         let (name, fair) = *rng.pick(&names);
-        let lease = if rng.chance(0.5) {
+        // A read-write lock: a read (fixed leases only, see below) or a write.
+        let side = is_rw_name(name).then(|| rng.chance(0.35));
+        let lease = if side != Some(false) && rng.chance(0.5) {
             None
         } else {
+            // Redisson's read renewal sets the lock's TTL to its watchdog timeout, which can cut
+            // a fixed lease of another reader short (PROTOCOL 10, F10); the peer's reads take
+            // fixed leases, so its renewals never do it to fairlock's readers here.
             Some(rng.ms(100, 1200))
         };
         let how = match rng.below(3) {
@@ -42,7 +47,7 @@ pub async fn java_thread(
             },
         };
         calls.fetch_add(1, Ordering::SeqCst);
-        let Some(guard) = peer.acquire(thread, name, fair, how).await else {
+        let Some(guard) = take(&peer, thread, (name, fair), side, how).await else {
             continue;
         };
         tokio::time::sleep(rng.ms(0, 25)).await;
@@ -54,11 +59,25 @@ pub async fn java_thread(
                 lease,
                 abandon_after: None,
             };
-            if let Some(g) = peer.acquire(thread, name, fair, inner).await {
+            if let Some(g) = take(&peer, thread, (name, fair), side, inner).await {
                 tokio::time::sleep(rng.ms(0, 10)).await;
                 let _ = peer.unlock(g).await;
             }
         }
         let _ = peer.unlock(guard).await;
+    }
+}
+
+/// One acquisition: of a mutex, or of a side of a read-write lock (`side`: `Some(write)`).
+async fn take(
+    peer: &RedissonPeer,
+    thread: i64,
+    (name, fair): (&str, bool),
+    side: Option<bool>,
+    how: Wait,
+) -> Option<PeerGuard> {
+    match side {
+        Some(write) => peer.acquire_rw(thread, name, write, how).await,
+        None => peer.acquire(thread, name, fair, how).await,
     }
 }

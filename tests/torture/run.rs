@@ -321,6 +321,11 @@ pub fn torture(test: &str, seed: u64) {
     if ops.contains("plain") {
         names.extend(PLAIN_NAMES.iter().map(|n| (*n, false)));
     }
+    if ops.contains("rw") {
+        // The peer reads and writes them as `RReadWriteLock` does (it ignores the
+        // writer-preferring queue, as Java clients do).
+        names.extend(RW_NAMES.iter().map(|n| (*n, false)));
+    }
     let peer = ops.contains("java").then(|| {
         rt.block_on(RedissonPeer::start(
             &format!("redis://127.0.0.1:{port}"),

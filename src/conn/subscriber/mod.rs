@@ -334,7 +334,11 @@ mod tests {
         assert_eq!(turns.turn(), Some((12, 15)));
         assert_eq!(turns.seq(), 1);
         turns.post(b"nonsense");
-        assert_eq!(turns.turn(), None, "an unreadable announcement makes everyone look");
+        assert_eq!(
+            turns.turn(),
+            None,
+            "an unreadable announcement makes everyone look"
+        );
         turns.post(b"13:0");
         turns.wake();
         assert_eq!(turns.turn(), None);

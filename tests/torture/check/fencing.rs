@@ -14,8 +14,10 @@ pub fn check_fencing(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
             .copied()
             .filter(|c| c.granted().is_some())
             .collect();
-        // Read holds of a read-write lock have no token.
-        grants.retain(|c| !crate::config::is_rw_name(&c.name) || c.field.ends_with(":write"));
+        // Read holds of a read-write lock have no token, nor have Redisson's writers of one.
+        grants.retain(|c| {
+            !crate::config::is_rw_name(&c.name) || (c.field.ends_with(":write") && !c.java)
+        });
         for c in &grants {
             if c.token().is_none() {
                 out.push(Violation {
