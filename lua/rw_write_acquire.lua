@@ -38,6 +38,11 @@ local function extend()
 end
 
 local mode = redis.call('HGET', name, 'mode')
+if mode == false and redis.call('EXISTS', name) == 1 then
+  -- The name is held as another kind of lock (a mutex's owner hash has no `mode`): writing into
+  -- it would corrupt both (Redisson's script would). Wait until it is gone, as behind a writer.
+  return {0, 0, redis.call('PTTL', name)}
+end
 local held = mode and tonumber(redis.call('HGET', name, field)) or 0
 if held > 0 and held == expected + 1 then
   extend()

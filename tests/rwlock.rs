@@ -505,3 +505,38 @@ async fn a_dead_or_departed_queued_writer_no_longer_keeps_readers_out() {
     let left: Vec<String> = raw.keys("*rw:departed*").unwrap();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_held_as_a_mutex_is_waited_for_not_written_into() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = client(&server.url()).await;
+    let name = "rw:mixed";
+    let mutex = c
+        .lock(name)
+        .lock_with_lease(Duration::from_millis(600))
+        .await
+        .unwrap();
+    let rw = c.read_write_lock(name);
+    for attempt in [
+        rw.read_lock().try_lock(Duration::ZERO, None).await,
+        rw.write_lock().try_lock(Duration::ZERO, None).await,
+    ] {
+        assert!(attempt.unwrap().is_none(), "a mutex holds the name");
+    }
+    let fields: Vec<String> = raw.hkeys(name).unwrap();
+    assert_eq!(
+        fields,
+        vec![mutex.owner_field().to_owned()],
+        "nothing written into the mutex"
+    );
+    // Once the mutex's lease ends, the read-write lock takes the name.
+    let r = rw
+        .read_lock()
+        .try_lock(Duration::from_secs(5), None)
+        .await
+        .unwrap()
+        .expect("after the mutex's lease");
+    drop(mutex);
+    r.unlock().await.unwrap();
+}
