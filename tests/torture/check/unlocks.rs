@@ -1,5 +1,5 @@
 //! Unlock (`unlock`): `unlock()` never answers `NotHeld` for a hold still trusted and untouched
-//! by faults.
+//! by faults (nor by a shutdown of its client).
 
 use super::{History, Violation};
 
@@ -13,6 +13,15 @@ pub fn check_unlocks(h: &History) -> Vec<Violation> {
             continue;
         };
         if result != "notheld" || *lost || c.lost.is_some() || *done >= *vu || *rt >= *vu {
+            continue;
+        }
+        // Its client was shut down meanwhile (which releases every hold; the guard may not have
+        // been told yet when its release was sent): the hold was no longer trusted, as
+        // `History::trusted_end` says.
+        if h.shutdowns
+            .iter()
+            .any(|(client, t)| *client == c.client && *t >= start && *t <= *done)
+        {
             continue;
         }
         if h.fault_near(&c.proc, start, *done, h.params.fault_grace)
@@ -58,6 +67,17 @@ mod tests {
             t: 602 * MS,
             result: "notheld".into(),
         }]);
+        assert!(rules(&h).is_empty());
+        // Its client was shut down before the release finished: expected too.
+        let mut h = hist();
+        h.add_events(hold("a", "p0", "plain", "u:1", (0, 10), 1, 20, 500));
+        h.add_events([Event::Released {
+            id: "a".into(),
+            t: 22 * MS,
+            result: "notheld".into(),
+        }]);
+        let client = h.calls[0].client.clone();
+        h.add_events([Event::Shutdown { client, t: 15 * MS }]);
         assert!(rules(&h).is_empty());
     }
 }
