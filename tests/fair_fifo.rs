@@ -373,14 +373,26 @@ async fn a_call_whose_shared_entry_was_given_up_rejoins_at_the_tail() {
         "the second call's first attempt",
         || monitor.count_since(since, &needles) >= 1,
     );
+    let before_abort = monitor.len();
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
-    // The give-up removes H; the second call's next attempt puts it back.
-    let requeue = [format!("\"{h}\""), "\"requeue\"".to_owned()];
-    let needles: Vec<&str> = requeue.iter().map(String::as_str).collect();
+    // The give-up removes H (its script's LREM); the second call's next attempt after that puts
+    // it back. (Attempts in "requeue" mode may also run before the give-up, finding H still
+    // queued: only one after the LREM shows where H rejoined.)
+    let quoted_h = format!("\"{h}\"");
+    let removed = monitor.wait_for_after(
+        before_abort,
+        &["\"LREM\"", &quoted_h],
+        Duration::from_secs(10),
+    );
+    monitor.wait_for_after(
+        removed + 1,
+        &[&quoted_h, "\"requeue\""],
+        Duration::from_secs(10),
+    );
     wait_until(Duration::from_secs(10), "H back in the queue", || {
         let q: Vec<String> = raw.lrange(support::queue_key("sib"), 0, -1).unwrap();
-        q.len() == 4 && q.contains(&h) && monitor.count_since(since, &needles) >= 1
+        q.len() == 4 && q.contains(&h)
     });
     let queue: Vec<String> = raw.lrange(support::queue_key("sib"), 0, -1).unwrap();
     assert_eq!(queue[0], w1_field, "nobody overtook w1: {queue:?}");

@@ -81,6 +81,40 @@ impl Monitor {
         );
         found.unwrap()
     }
+
+    /// Waits (with `deadline`) until a line containing every one of `needles` is at position
+    /// `from` or later in the order the server reported its commands; returns that position. For
+    /// "this happened after that" checks, where arrival instants could tie.
+    pub fn wait_for_after(&self, from: usize, needles: &[&str], deadline: Duration) -> usize {
+        let mut found = None;
+        wait_until(
+            deadline,
+            &format!("MONITOR to show a command with {needles:?} at line {from} or later"),
+            || {
+                found = self
+                    .lines
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .enumerate()
+                    .skip(from)
+                    .find(|(_, (_, line))| needles.iter().all(|n| line.contains(n)))
+                    .map(|(i, _)| i);
+                found.is_some()
+            },
+        );
+        found.unwrap()
+    }
+
+    /// How many lines have arrived so far (a position for [`wait_for_after`](Self::wait_for_after)).
+    pub fn len(&self) -> usize {
+        self.lines.lock().unwrap().len()
+    }
+
+    /// Whether no line has arrived yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Drop for Monitor {
