@@ -70,6 +70,58 @@ pub const RW_TURNS_PREFIX: &str = "fairlock_rw_turns";
 /// with a PX). fairlock never writes one.
 pub const LATCH_PREFIX: &str = "redisson_unlock_latch";
 
+/// Prefix of a semaphore's channel, `redisson_sc:{NAME}` (Redisson's `RSemaphore` and
+/// `RPermitExpirableSemaphore`): every release publishes the new number of available permits
+/// ([PROTOCOL 11](crate::protocol)).
+pub const SEMAPHORE_CHANNEL_PREFIX: &str = "redisson_sc";
+/// What a count-down latch's channel starts with. Redisson always adds braces after it,
+/// `redisson_countdownlatch__channel__{NAME}`, whatever the name: `0` when the count reached
+/// zero, `1` when it was set or the latch deleted ([PROTOCOL 12](crate::protocol)).
+pub const COUNT_DOWN_CHANNEL_PREFIX: &str = "redisson_countdownlatch__channel__";
+/// What fairlock's call marks end in before the call id: `{NAME}:fairlock_call:<id>` (Redisson's
+/// suffix form; strings with a PX). A semaphore or latch write that is not idempotent records
+/// its call id there, so a resend after a lost reply is applied at most once
+/// ([PROTOCOL 11](crate::protocol)). Redisson never reads them.
+pub const CALL_MARK_SUFFIX: &str = "fairlock_call";
+
+/// A semaphore's channel: `redisson_sc:{NAME}` ([`SEMAPHORE_CHANNEL_PREFIX`], prefix form).
+///
+/// ```
+/// assert_eq!(fairlock::keys::semaphore_channel("jobs"), "redisson_sc:{jobs}");
+/// ```
+pub fn semaphore_channel(name: &str) -> String {
+    derived(SEMAPHORE_CHANNEL_PREFIX, name)
+}
+
+/// A count-down latch's channel: `redisson_countdownlatch__channel__{NAME}`, braces always (for
+/// a name with its own hash tag this channel hashes elsewhere; see [`check_latch_name`]).
+///
+/// ```
+/// use fairlock::keys::count_down_channel;
+///
+/// assert_eq!(count_down_channel("boot"), "redisson_countdownlatch__channel__{boot}");
+/// assert_eq!(count_down_channel("{t}boot"), "redisson_countdownlatch__channel__{{t}boot}");
+/// ```
+pub fn count_down_channel(name: &str) -> String {
+    format!("{COUNT_DOWN_CHANNEL_PREFIX}{{{name}}}")
+}
+
+/// The mark of call `id` on `name`: `{NAME}:fairlock_call:<id>` (suffix form, NAME's slot).
+///
+/// ```
+/// use fairlock::keys::call_mark;
+///
+/// assert_eq!(call_mark("jobs", "u:9"), "{jobs}:fairlock_call:u:9");
+/// assert_eq!(call_mark("{t}jobs", "u:9"), "{t}jobs:fairlock_call:u:9");
+/// ```
+pub fn call_mark(name: &str, id: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:{CALL_MARK_SUFFIX}:{id}")
+    } else {
+        format!("{{{name}}}:{CALL_MARK_SUFFIX}:{id}")
+    }
+}
+
 /// Redisson's prefix rule, byte for byte: `prefix:NAME` when the name contains `{` anywhere (the
 /// user chose the hash tag), `prefix:{NAME}` otherwise, so every derived key shares its slot.
 ///
@@ -316,6 +368,11 @@ pub enum NameProblem {
     /// In cluster mode, some key derived from the name would land in another slot than the name
     /// itself (CROSSSLOT).
     CrossSlot,
+    /// In cluster mode, a count-down latch's channel would land in another slot than its key:
+    /// Redisson always wraps the whole name in braces (`redisson_countdownlatch__channel__{NAME}`),
+    /// so a name with its own hash tag (`{user1}:latch`) gets a channel tagged `{user1`, and
+    /// Redisson's own scripts on it fail with CROSSSLOT.
+    LatchChannelSlot,
 }
 
 impl NameProblem {
@@ -326,6 +383,11 @@ impl NameProblem {
             NameProblem::CrossSlot => {
                 "in cluster mode the name's keys must share one slot: use a name without braces, \
                  or one with a non-empty hash tag like {tag}"
+            }
+            NameProblem::LatchChannelSlot => {
+                "in cluster mode a count-down latch's name must not contain braces: Redisson names \
+                 its channel redisson_countdownlatch__channel__{NAME}, which for a hash-tagged name \
+                 lands in another slot than the latch (Redisson's scripts fail with CROSSSLOT there)"
             }
         }
     }
@@ -375,6 +437,33 @@ pub fn check_name(name: &str, cluster: bool) -> std::result::Result<(), NameProb
         }
     }
     Ok(())
+}
+
+/// Checks a count-down latch's name: [`check_name`], and in cluster mode also that Redisson's
+/// always-braced channel ([`count_down_channel`]) hashes to the latch's own slot, which holds
+/// exactly for names without braces.
+///
+/// ```
+/// use fairlock::keys::{check_latch_name, NameProblem};
+///
+/// assert_eq!(check_latch_name("boot", true), Ok(()));
+/// assert_eq!(check_latch_name("{user1}:latch", false), Ok(()));
+/// assert_eq!(check_latch_name("{user1}:latch", true), Err(NameProblem::LatchChannelSlot));
+/// ```
+pub fn check_latch_name(name: &str, cluster: bool) -> std::result::Result<(), NameProblem> {
+    check_name(name, cluster)?;
+    if cluster && slot(&count_down_channel(name)) != slot(name) {
+        return Err(NameProblem::LatchChannelSlot);
+    }
+    Ok(())
+}
+
+/// [`check_latch_name`] as the library's error.
+pub(crate) fn validate_latch(name: &str, cluster: bool) -> Result<()> {
+    check_latch_name(name, cluster).map_err(|problem| Error::InvalidName {
+        name: name.to_owned(),
+        reason: problem.reason(),
+    })
 }
 
 /// [`check_name`] as the library's error.

@@ -75,6 +75,7 @@
 
 mod config;
 mod conn;
+mod coord;
 mod engine;
 mod error;
 pub mod keys;
@@ -92,6 +93,8 @@ pub use config::{
     DEFAULT_WAITER_LIVENESS, DEFAULT_WATCHDOG_TIMEOUT, MAX_DURATION,
 };
 pub use conn::subscriber::SubscriberState;
+pub use coord::latch::CountDownLatch;
+pub use coord::semaphore::{Permits, Semaphore};
 pub use engine::validity::LostReason;
 pub use error::{Error, Result};
 pub use lock::client::Client;

@@ -89,6 +89,15 @@ scripts! {
     RW_WRITE_UNLOCK = plain "rw_write_unlock.lua";
     RW_FORCE_UNLOCK = plain "rw_force_unlock.lua";
     RW_STATE = plain "rw_state.lua";
+    SEMAPHORE_ACQUIRE = plain "semaphore_acquire.lua";
+    SEMAPHORE_RELEASE = plain "semaphore_release.lua";
+    SEMAPHORE_GIVE_BACK = plain "semaphore_give_back.lua";
+    SEMAPHORE_SET_PERMITS = plain "semaphore_set_permits.lua";
+    SEMAPHORE_ADD_PERMITS = plain "semaphore_add_permits.lua";
+    SEMAPHORE_DRAIN = plain "semaphore_drain.lua";
+    LATCH_SET_COUNT = plain "latch_set_count.lua";
+    LATCH_COUNT_DOWN = plain "latch_count_down.lua";
+    LATCH_DELETE = plain "latch_delete.lua";
 }
 
 /// The `EVAL` equivalent of `cmd` when it is an `EVALSHA` of one of our scripts: the source in

@@ -9,7 +9,9 @@ import java.util.function.Function;
 
 import org.redisson.Redisson;
 import org.redisson.RedissonFencedLock;
+import org.redisson.api.RCountDownLatch;
 import org.redisson.api.RLock;
+import org.redisson.api.RSemaphore;
 import org.redisson.api.RedissonClient;
 import org.redisson.config.ClusterServersConfig;
 import org.redisson.config.Config;
@@ -37,9 +39,16 @@ import org.redisson.config.SubscriptionMode;
  *             ID force KIND NAME
  *             ID held KIND NAME HOLDER
  *             ID ttl KIND NAME
+ *             ID sem trysetpermits|acquire|release|add NAME N     (RSemaphore)
+ *             ID sem tryacquire NAME N WAIT_MS
+ *             ID sem available NAME
+ *             ID latch trysetcount NAME N                        (RCountDownLatch)
+ *             ID latch countdown|count|delete NAME
+ *             ID latch await NAME WAIT_MS                        (WAIT_MS -1: no bound)
  *             ID quit
  * replies:    ID ok [VALUE]      lock: the fencing token for KIND fenced, else nothing;
- *                                trylock: true|false [token]; force, held: true|false; ttl: ms
+ *                                trylock: true|false [token]; force, held: true|false; ttl: ms;
+ *                                sem, latch: the value Redisson returns (true|false, a count)
  *             ID err EXCEPTION-CLASS MESSAGE
  * KIND:       fair (getFairLock), plain (getLock), fenced (getFencedLock),
  *             read, write (getReadWriteLock(NAME).readLock(), .writeLock())
@@ -202,8 +211,68 @@ public final class RedissonPeer {
             case "ttl":
                 answer(id, lock(w[2], w[3]).remainTimeToLiveAsync(), String::valueOf);
                 break;
+            case "sem":
+                semaphore(id, w[2], redisson.getSemaphore(w[3]), w);
+                break;
+            case "latch":
+                latch(id, w[2], redisson.getCountDownLatch(w[3]), w);
+                break;
             default:
                 throw new IllegalArgumentException("unknown request " + op);
+        }
+    }
+
+    private static void semaphore(String id, String op, RSemaphore sem, String[] w) {
+        switch (op) {
+            case "trysetpermits":
+                answer(id, sem.trySetPermitsAsync(Integer.parseInt(w[4])), String::valueOf);
+                break;
+            case "acquire":
+                answer(id, sem.acquireAsync(Integer.parseInt(w[4])), v -> "");
+                break;
+            case "tryacquire":
+                answer(id, sem.tryAcquireAsync(Integer.parseInt(w[4]),
+                        java.time.Duration.ofMillis(Long.parseLong(w[5]))), String::valueOf);
+                break;
+            case "release":
+                answer(id, sem.releaseAsync(Integer.parseInt(w[4])), v -> "");
+                break;
+            case "add":
+                answer(id, sem.addPermitsAsync(Integer.parseInt(w[4])), v -> "");
+                break;
+            case "available":
+                answer(id, sem.availablePermitsAsync(), String::valueOf);
+                break;
+            default:
+                throw new IllegalArgumentException("unknown semaphore request " + op);
+        }
+    }
+
+    private static void latch(String id, String op, RCountDownLatch latch, String[] w) {
+        switch (op) {
+            case "trysetcount":
+                answer(id, latch.trySetCountAsync(Long.parseLong(w[4])), String::valueOf);
+                break;
+            case "countdown":
+                answer(id, latch.countDownAsync(), v -> "");
+                break;
+            case "count":
+                answer(id, latch.getCountAsync(), String::valueOf);
+                break;
+            case "delete":
+                answer(id, latch.deleteAsync(), String::valueOf);
+                break;
+            case "await": {
+                long wait = Long.parseLong(w[4]);
+                if (wait < 0) {
+                    answer(id, latch.awaitAsync(), v -> "true");
+                } else {
+                    answer(id, latch.awaitAsync(wait, TimeUnit.MILLISECONDS), String::valueOf);
+                }
+                break;
+            }
+            default:
+                throw new IllegalArgumentException("unknown latch request " + op);
         }
     }
 

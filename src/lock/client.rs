@@ -113,6 +113,22 @@ impl Client {
         ReadWriteLock::new(self.inner.clone(), name.into())
     }
 
+    /// A counting semaphore on `name`, in Redisson's `RSemaphore` layout (see [`Semaphore`],
+    /// which also says why its permits do not survive a crashed holder). No I/O; an invalid name
+    /// is reported by the first operation.
+    #[must_use = "a semaphore handle does nothing until one of its methods is called"]
+    pub fn semaphore(&self, name: impl Into<String>) -> crate::Semaphore {
+        crate::Semaphore::new(self.inner.clone(), name.into())
+    }
+
+    /// A count-down latch on `name`, in Redisson's `RCountDownLatch` layout (see
+    /// [`CountDownLatch`](crate::CountDownLatch)). No I/O; an invalid name (on a cluster, any
+    /// name with braces) is reported by the first operation.
+    #[must_use = "a latch handle does nothing until one of its methods is called"]
+    pub fn count_down_latch(&self, name: impl Into<String>) -> crate::CountDownLatch {
+        crate::CountDownLatch::new(self.inner.clone(), name.into())
+    }
+
     /// Checks the client for a readiness probe: one `PING` on its command connection (bounded by
     /// the command timeout) and the state of its subscription connection. Does not open or wait
     /// for anything else.

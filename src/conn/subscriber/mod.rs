@@ -89,14 +89,16 @@ impl Grant {
 /// counts one in [`seq`](Self::seq), which such a waiter reads before its attempt and checks
 /// before it sleeps, so a message that came in between is never missed (`notify_waiters` stores no
 /// permit). Its writers wait on [`notify`](Self::notify), one woken per message, as for a
-/// non-fair lock: only one of them can get in.
+/// non-fair lock: only one of them can get in. A semaphore's and a count-down latch's channels
+/// have the broadcast side too, and all their waiters use it (a release of several permits may
+/// serve several waiters; a latch reaching zero opens for all).
 #[derive(Debug, Default)]
 pub(crate) struct Mailbox {
     notify: Notify,
     grant: Mutex<Option<Grant>>,
-    /// A read-write lock's channel (or its writer-preferring turns channel): the broadcast side
-    /// is used.
-    rw: bool,
+    /// A read-write lock's channel (or its writer-preferring turns channel), a semaphore's or a
+    /// count-down latch's: the broadcast side is used.
+    broadcast: bool,
     readers: Notify,
     seq: std::sync::atomic::AtomicU64,
     /// The turns channel of a writer-preferring queue: its last announcement
@@ -106,7 +108,8 @@ pub(crate) struct Mailbox {
 }
 
 impl Mailbox {
-    /// The mailbox of `channel`, with a broadcast side for a read-write lock's channel.
+    /// The mailbox of `channel`, with a broadcast side for a read-write lock's, a semaphore's or
+    /// a count-down latch's channel.
     pub(crate) fn for_channel(channel: &str) -> Self {
         let under = |prefix: &str| {
             channel
@@ -115,7 +118,10 @@ impl Mailbox {
         };
         let turns = under(crate::keys::RW_TURNS_PREFIX);
         Mailbox {
-            rw: turns || under(crate::keys::RW_CHANNEL_PREFIX),
+            broadcast: turns
+                || under(crate::keys::RW_CHANNEL_PREFIX)
+                || under(crate::keys::SEMAPHORE_CHANNEL_PREFIX)
+                || channel.starts_with(crate::keys::COUNT_DOWN_CHANNEL_PREFIX),
             turns,
             ..Mailbox::default()
         }
@@ -148,7 +154,7 @@ impl Mailbox {
         if self.turns {
             *self.turn.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
-        if self.rw {
+        if self.broadcast {
             self.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             self.readers.notify_waiters();
         }

@@ -1,0 +1,162 @@
+//! Coordination primitives other than locks, in Redisson's layouts: the [`Semaphore`]
+//! (`RSemaphore`) and the [`CountDownLatch`] (`RCountDownLatch`).
+//!
+//! What they share lives here:
+//! * **Call marks** (`{NAME}:fairlock_call:<call id>`, PROTOCOL 11): a write that is not
+//!   idempotent (take permits, give them back, add permits, count down) records its call id in a
+//!   short-lived string in the name's slot, so the outcome of a call whose reply was lost can be
+//!   learnt, and a resend is applied at most once. A mark lives [`mark_ms`]; every retry of a
+//!   call stops well within that ([`settle_window`]).
+//! * **Waiting** ([`wait_on`]): a waiter re-checks after every message on the primitive's channel
+//!   (the subscriber's broadcast side: all waiters of this client wake) and otherwise sleeps; a
+//!   message can only be lost with the connection, whose reconnect wakes every waiter, and as a
+//!   last resort a waiter looks again every [`RECHECK`].
+//!
+//! This module must never resend a write without its mark.
+
+pub(crate) mod latch;
+pub(crate) mod semaphore;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::engine::inner::Inner;
+use crate::error::{Error, Result};
+
+/// How often a waiter looks again when no message came: a bound on the latency a lost message
+/// could cost (messages are lost only with the connection, whose reconnect wakes everyone).
+pub(crate) const RECHECK: Duration = Duration::from_secs(5);
+
+/// A new call id, unique across clients: `<client uuid>:<n>`.
+pub(crate) fn call_id(inner: &Inner) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("{}:{}", inner.uuid, NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// How long a call mark lives (ms): ten seconds, or four command timeouts when longer.
+pub(crate) fn mark_ms(inner: &Inner) -> i64 {
+    let four = inner.config.command_timeout.saturating_mul(4);
+    four.max(Duration::from_secs(10)).as_millis() as i64
+}
+
+/// How long a call's resends may go on after its first send: half its mark's life, so every
+/// resend arrives while the mark still tells what the first send did.
+pub(crate) fn settle_window(inner: &Inner) -> Duration {
+    Duration::from_millis(mark_ms(inner) as u64 / 2)
+}
+
+/// Sends `call` until it gets a reply, pausing between sends after transient failures, for at
+/// most the settle window from `started`; the last error when it never got one.
+///
+/// `call` must be idempotent (a marked call).
+pub(crate) async fn resend<T, F, Fut>(inner: &Inner, started: Instant, mut call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let until = started + settle_window(inner);
+    let mut tries = 0u32;
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.is_transient() => {
+                tries += 1;
+                let pause = crate::ops::retry::retry_backoff(tries);
+                if Instant::now() + pause >= until {
+                    return Err(e);
+                }
+                tokio::time::sleep(pause).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Runs `attempt` until it yields a value, waking on every message on `channel`; `None` once
+/// `deadline` passed (a final attempt is made at it). With no deadline it waits for ever. One
+/// attempt before subscribing (unless the channel is live already); after subscribing, every
+/// attempt is preceded by reading the channel's message count, so a message that comes between
+/// an attempt and the sleep is never missed.
+///
+/// Cancel safe as far as this loop goes: it holds nothing but the subscription, which a drop
+/// gives back. (The attempts settle their own writes.)
+pub(crate) async fn wait_on<T, F, Fut>(
+    inner: &Inner,
+    channel: &str,
+    deadline: Option<Instant>,
+    mut attempt: F,
+) -> Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let passed = |deadline: Option<Instant>| deadline.is_some_and(|d| Instant::now() >= d);
+    let subscription = match inner.subscriber.subscribe_if_live(channel) {
+        Some(live) => live,
+        None => {
+            if let Some(v) = attempt().await? {
+                return Ok(Some(v));
+            }
+            if passed(deadline) {
+                return Ok(None);
+            }
+            let subscribe = inner.subscriber.subscribe(channel.to_owned());
+            match deadline {
+                Some(d) => match tokio::time::timeout_at(d, subscribe).await {
+                    Ok(s) => s?,
+                    // Out of time before the subscription was confirmed: one last look.
+                    Err(_) => return attempt().await,
+                },
+                None => subscribe.await?,
+            }
+        }
+    };
+    let mail = subscription.mail().clone();
+    let mut closed = inner.closed.subscribe();
+    loop {
+        inner.check_open()?;
+        let seen = mail.seq();
+        if let Some(v) = attempt().await? {
+            return Ok(Some(v));
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Ok(None);
+        }
+        let woken = mail.readers().notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        if mail.seq() != seen {
+            continue;
+        }
+        let nap = deadline.map_or(RECHECK, |d| (d - now).min(RECHECK));
+        tokio::select! {
+            _ = &mut woken => {}
+            _ = tokio::time::sleep(nap) => {}
+            _ = closed.wait_for(|c| *c) => return Err(Error::Shutdown),
+        }
+    }
+}
+
+/// Checks a permit or count argument: at least one, at most what Redis's integers hold.
+pub(crate) fn positive(argument: &'static str, value: u64) -> Result<i64> {
+    if value == 0 {
+        return Err(Error::invalid_argument(argument, "must be at least 1"));
+    }
+    i64::try_from(value)
+        .map_err(|_| Error::invalid_argument(argument, format!("{value} is beyond i64::MAX")))
+}
+
+/// A Redis error saying an integer would overflow, as the invalid argument it stems from.
+pub(crate) fn overflow_as_argument(argument: &'static str, e: Error) -> Error {
+    match &e {
+        Error::Redis(re) if re.to_string().contains("overflow") => Error::invalid_argument(
+            argument,
+            "the count in Redis would go beyond what a Redis integer holds",
+        ),
+        _ => e,
+    }
+}

@@ -1,0 +1,526 @@
+//! The semaphore (`RSemaphore` layout) and the count-down latch (`RCountDownLatch` layout) on one
+//! server: layout and messages, typed errors, waiters woken by releases, cancel safety, replies
+//! lost after the script ran (through the test proxy), and a seeded randomized run that checks
+//! that permits in use never exceed the limit and that every permit comes back.
+
+use fairlock_testkit as support;
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fairlock::{Client, Error};
+use redis::Commands;
+use support::{wait_until, wait_until_async, Proxy, RedisServer};
+
+/// Keys of `name` other than call marks (which expire by themselves), and the call marks
+/// without a TTL (there must be none).
+fn leftovers(raw: &mut redis::Connection, name: &str) -> (Vec<String>, Vec<String>) {
+    let keys: Vec<String> = raw.keys(format!("*{name}*")).unwrap();
+    let (marks, others): (Vec<String>, Vec<String>) = keys
+        .into_iter()
+        .partition(|k| k.contains(":fairlock_call:"));
+    let eternal = marks
+        .into_iter()
+        .filter(|k| raw.pttl::<_, i64>(k).unwrap() < 0)
+        .collect();
+    (others, eternal)
+}
+
+fn subscribe(server: &RedisServer, channel: &str) -> redis::PubSub<'static> {
+    let conn = Box::leak(Box::new(server.conn()));
+    let mut pubsub = conn.as_pubsub();
+    pubsub.subscribe(channel).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    pubsub
+}
+
+fn next_message(pubsub: &mut redis::PubSub<'_>) -> String {
+    pubsub.get_message().unwrap().get_payload().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_keeps_redissons_layout_and_publishes_every_release() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let sem = c.semaphore("sem:layout");
+    let mut messages = subscribe(&server, "redisson_sc:{sem:layout}");
+
+    assert_eq!(
+        sem.available().await.unwrap(),
+        0,
+        "a missing key holds none"
+    );
+    assert!(sem.try_set_permits(3).await.unwrap());
+    assert_eq!(next_message(&mut messages), "3");
+    assert!(
+        !sem.try_set_permits(9).await.unwrap(),
+        "only the first set counts"
+    );
+    let value: String = raw.get("sem:layout").unwrap();
+    assert_eq!(value, "3");
+
+    let two = sem.acquire(2).await.unwrap();
+    assert_eq!(two.count(), 2);
+    assert_eq!(sem.available().await.unwrap(), 1);
+    assert!(sem.try_acquire(2, Duration::ZERO).await.unwrap().is_none());
+    let one = sem.try_acquire(1, Duration::ZERO).await.unwrap().unwrap();
+    assert_eq!(raw.get::<_, i64>("sem:layout").unwrap(), 0);
+    assert_eq!(two.release().await.unwrap(), 2);
+    assert_eq!(next_message(&mut messages), "2");
+    drop(one); // released in the background
+    assert_eq!(next_message(&mut messages), "3");
+    assert_eq!(sem.available().await.unwrap(), 3);
+
+    assert_eq!(sem.add_permits(-1).await.unwrap(), 2);
+    assert_eq!(next_message(&mut messages), "2");
+    assert_eq!(sem.add_permits(5).await.unwrap(), 7);
+    assert_eq!(next_message(&mut messages), "7");
+    let kept = sem.acquire(4).await.unwrap();
+    kept.forget();
+    assert_eq!(
+        sem.available().await.unwrap(),
+        3,
+        "forgotten permits stay taken"
+    );
+    assert_eq!(sem.release(4).await.unwrap(), 7);
+    assert_eq!(next_message(&mut messages), "7");
+    assert_eq!(sem.drain().await.unwrap(), 7);
+    assert_eq!(sem.available().await.unwrap(), 0);
+    assert!(sem.delete().await.unwrap());
+    let (others, eternal) = leftovers(&mut raw, "sem:layout");
+    assert!(others.is_empty(), "left behind: {others:?}");
+    assert!(eternal.is_empty(), "marks without a TTL: {eternal:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_typed_errors_before_any_io() {
+    let server = RedisServer::start();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let sem = c.semaphore("sem:bad");
+    let invalid = |e: Error| matches!(e, Error::InvalidArgument { .. });
+    assert!(invalid(sem.acquire(0).await.unwrap_err()));
+    assert!(invalid(
+        sem.try_acquire(0, Duration::ZERO).await.unwrap_err()
+    ));
+    assert!(invalid(sem.release(0).await.unwrap_err()));
+    assert!(invalid(sem.add_permits(0).await.unwrap_err()));
+    assert!(matches!(
+        c.semaphore("").available().await.unwrap_err(),
+        Error::InvalidName { .. }
+    ));
+    // Counts Redis cannot hold.
+    assert!(sem.try_set_permits(1).await.unwrap());
+    sem.add_permits(i64::MAX - 1).await.unwrap();
+    assert!(invalid(sem.release(5).await.unwrap_err()));
+    assert!(invalid(sem.add_permits(5).await.unwrap_err()));
+    assert_eq!(sem.available().await.unwrap(), i64::MAX, "nothing changed");
+
+    let latch = c.count_down_latch("latch:bad");
+    assert!(invalid(latch.try_set_count(0).await.unwrap_err()));
+    assert!(invalid(latch.try_set_count(u64::MAX).await.unwrap_err()));
+    assert!(matches!(
+        c.count_down_latch("").count().await.unwrap_err(),
+        Error::InvalidName { .. }
+    ));
+    // Hash-tagged latch names are fine on one server (the rule is a cluster one).
+    let tagged = c.count_down_latch("{t}latch");
+    assert!(tagged.try_set_count(1).await.unwrap());
+    assert_eq!(tagged.count_down().await.unwrap(), 0);
+}
+
+/// Waiters sleep until a release message, which wakes every waiter this client has on the
+/// semaphore: a release of two permits serves two waiters, each within far less than the
+/// re-check period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_woken_by_releases_and_never_take_more_than_there_is() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let owner = Client::connect(&server.url()).await.unwrap();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let name = "sem:wake";
+    assert!(owner.semaphore(name).try_set_permits(0).await.unwrap());
+    let in_use = Arc::new(AtomicI64::new(0));
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let sem = c.semaphore(name);
+        let in_use = in_use.clone();
+        waiters.push(tokio::spawn(async move {
+            let p = sem.acquire(1).await.unwrap();
+            in_use.fetch_add(1, Ordering::SeqCst);
+            (p, Instant::now())
+        }));
+    }
+    wait_until(Duration::from_secs(10), "the waiters subscribed", || {
+        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_sc:{sem:wake}")
+            .query(&mut raw)
+            .unwrap();
+        n[0].1 == 1
+    });
+    let released = Instant::now();
+    owner.semaphore(name).add_permits(2).await.unwrap();
+    wait_until_async(Duration::from_secs(3), "two waiters served", || {
+        let n = in_use.load(Ordering::SeqCst);
+        async move { n == 2 }
+    })
+    .await;
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "woken by the message, not the re-check: {:?}",
+        released.elapsed()
+    );
+    let mut served = Vec::new();
+    let mut pending = Vec::new();
+    for w in waiters {
+        if w.is_finished() {
+            served.push(w.await.unwrap().0);
+        } else {
+            pending.push(w);
+        }
+    }
+    assert_eq!((served.len(), pending.len()), (2, 1));
+    assert_eq!(raw.get::<_, i64>(name).unwrap(), 0);
+    // The third is served by the next release.
+    served.pop().unwrap().release().await.unwrap();
+    let (p, _) = tokio::time::timeout(Duration::from_secs(3), pending.pop().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    drop(p);
+    served.pop().unwrap().release().await.unwrap();
+    wait_until(Duration::from_secs(5), "every permit back", || {
+        raw.get::<_, i64>(name).unwrap() == 2
+    });
+}
+
+/// Dropped futures take nothing: `try_acquire` cut off by `timeout` at every stage, aborted
+/// tasks, guards dropped without a release; every permit is back at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_acquires_and_dropped_guards_leave_every_permit_behind() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let other = Client::connect(&server.url()).await.unwrap();
+    let name = "sem:cancel";
+    let sem = c.semaphore(name);
+    assert!(sem.try_set_permits(2).await.unwrap());
+    let mut got = 0;
+    for i in 0..200u64 {
+        // From 0 to ~2 ms: some futures are dropped before the send, some with the script in
+        // flight, some after it answered.
+        let cut = Duration::from_micros((i * 37) % 2_000);
+        let s = c.semaphore(name);
+        if let Ok(Ok(Some(p))) = tokio::time::timeout(cut, s.try_acquire(1, Duration::ZERO)).await {
+            got += 1;
+            if i % 2 == 0 {
+                drop(p);
+            } else {
+                p.release().await.unwrap();
+            }
+        }
+        // Another client keeps the permits moving meanwhile.
+        if let Some(p) = other
+            .semaphore(name)
+            .try_acquire(1, Duration::ZERO)
+            .await
+            .unwrap()
+        {
+            let cut = Duration::from_micros((i * 53) % 1_500);
+            let _ = tokio::time::timeout(cut, p.release()).await;
+        }
+    }
+    // Waiting calls aborted while they wait.
+    let held = sem.acquire(2).await.unwrap();
+    let waiters: Vec<_> = (0..4)
+        .map(|_| {
+            let s = c.semaphore(name);
+            tokio::spawn(async move { s.acquire(1).await })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    for w in &waiters {
+        w.abort();
+    }
+    held.release().await.unwrap();
+    wait_until(Duration::from_secs(10), "every permit back", || {
+        raw.get::<_, i64>(name).unwrap() == 2
+    });
+    assert!(got > 0, "some attempts got through");
+    // And stays so (no late arrival takes one).
+    let two = sem.try_acquire(2, Duration::ZERO).await.unwrap().unwrap();
+    two.release().await.unwrap();
+    let (others, eternal) = leftovers(&mut raw, name);
+    assert_eq!(others, vec![name.to_owned()]);
+    assert!(eternal.is_empty(), "{eternal:?}");
+}
+
+/// A reply lost after the script ran: the acquire fails (its outcome unknown to the caller) and
+/// its permits come back; a release whose reply is lost returns its permits once; a count-down
+/// whose reply is lost counts once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_lost_after_the_script_ran_are_settled_exactly_once() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let proxy = Proxy::start(server.port());
+    let c = Client::builder()
+        .standalone(proxy.url())
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let name = "sem:lost";
+    let sem = c.semaphore(name);
+    assert!(sem.try_set_permits(3).await.unwrap());
+    // Scripts cached first (a lost NOSCRIPT reply would keep the script from running at all).
+    sem.acquire(1).await.unwrap().release().await.unwrap();
+    let warm = c.count_down_latch("latch:warm");
+    assert!(warm.try_set_count(1).await.unwrap());
+    warm.count_down().await.unwrap();
+
+    // The acquire runs, its reply is lost.
+    proxy.set_blackhole_replies(true);
+    let s = sem.clone();
+    let attempt = tokio::spawn(async move { s.try_acquire(2, Duration::ZERO).await });
+    wait_until(Duration::from_secs(5), "the acquire ran", || {
+        raw.get::<_, i64>(name).unwrap() == 1
+    });
+    // Switching the blackhole off resets the connection that lost the reply (the call fails);
+    // the give-back goes through on the next one.
+    proxy.set_blackhole_replies(false);
+    let outcome = tokio::time::timeout(Duration::from_secs(10), attempt)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(outcome.unwrap_err().is_transient());
+    assert_eq!(raw.get::<_, i64>(name).unwrap(), 3, "the permits came back");
+
+    // A release whose reply is lost: resent under its mark, counted once.
+    let p = sem.acquire(2).await.unwrap();
+    proxy.set_blackhole_replies(true);
+    let release = tokio::spawn(p.release());
+    wait_until(Duration::from_secs(5), "the release ran", || {
+        raw.get::<_, i64>(name).unwrap() == 3
+    });
+    proxy.set_blackhole_replies(false);
+    tokio::time::timeout(Duration::from_secs(10), release)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(raw.get::<_, i64>(name).unwrap(), 3, "released once");
+
+    // A count-down whose reply is lost.
+    let latch = c.count_down_latch("latch:lost");
+    assert!(latch.try_set_count(3).await.unwrap());
+    proxy.set_blackhole_replies(true);
+    let l = latch.clone();
+    let down = tokio::spawn(async move { l.count_down().await });
+    wait_until(Duration::from_secs(5), "the count-down ran", || {
+        raw.get::<_, i64>("latch:lost").unwrap() == 2
+    });
+    proxy.set_blackhole_replies(false);
+    tokio::time::timeout(Duration::from_secs(10), down)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        raw.get::<_, i64>("latch:lost").unwrap(),
+        2,
+        "counted down once"
+    );
+}
+
+/// A latch: set, counted down by several clients, awaited by several; opens for all at zero
+/// with `0` published, refuses a second set, and leaves no key when open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latch_opens_for_every_waiter_when_counted_down_to_zero() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let a = Client::connect(&server.url()).await.unwrap();
+    let b = Client::connect(&server.url()).await.unwrap();
+    let name = "latch:open";
+    let mut messages = subscribe(&server, "redisson_countdownlatch__channel__{latch:open}");
+    let latch = a.count_down_latch(name);
+    assert!(
+        latch.wait_timeout(Duration::ZERO).await.unwrap(),
+        "none: open"
+    );
+    assert!(latch.try_set_count(3).await.unwrap());
+    assert_eq!(next_message(&mut messages), "1");
+    assert!(!latch.try_set_count(5).await.unwrap());
+    assert_eq!(latch.count().await.unwrap(), 3);
+    assert!(!latch.wait_timeout(Duration::from_millis(50)).await.unwrap());
+
+    let waiters: Vec<_> = [&a, &b, &a]
+        .iter()
+        .map(|c| {
+            let l = c.count_down_latch(name);
+            tokio::spawn(async move { l.wait().await })
+        })
+        .collect();
+    assert_eq!(latch.count_down().await.unwrap(), 2);
+    assert_eq!(b.count_down_latch(name).count_down().await.unwrap(), 1);
+    assert!(waiters.iter().all(|w| !w.is_finished()));
+    let opened = Instant::now();
+    assert_eq!(b.count_down_latch(name).count_down().await.unwrap(), 0);
+    assert_eq!(next_message(&mut messages), "0");
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(3), w)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+    assert!(opened.elapsed() < Duration::from_secs(2), "woken by `0`");
+    assert!(
+        !raw.exists::<_, bool>(name).unwrap(),
+        "an open latch has no key"
+    );
+    // Counting down an open latch changes nothing (Redisson's rule).
+    assert_eq!(latch.count_down().await.unwrap(), 0);
+    assert!(!raw.exists::<_, bool>(name).unwrap());
+
+    // Deleting a set latch publishes `1` and lets waiters through.
+    assert!(latch.try_set_count(2).await.unwrap());
+    assert_eq!(next_message(&mut messages), "1");
+    let l = b.count_down_latch(name);
+    let waiter = tokio::spawn(async move { l.wait_timeout(Duration::from_secs(10)).await });
+    assert!(latch.delete().await.unwrap());
+    assert_eq!(next_message(&mut messages), "1");
+    assert!(tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap());
+    assert!(!latch.delete().await.unwrap());
+    let (others, eternal) = leftovers(&mut raw, name);
+    assert!(
+        others.is_empty() && eternal.is_empty(),
+        "{others:?} {eternal:?}"
+    );
+}
+
+/// Splitmix64, for the seeded run below.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Seeded randomized run (`FAIRLOCK_SEM_SEED` replays one): workers on three clients take 1-3
+/// permits with random waits, hold them a random while, and end in every way a caller can:
+/// release, drop, a `timeout` around the acquire or the release, an aborted task. Every holder
+/// counts its permits in and out of a shared meter; the meter never exceeds the limit, and at the
+/// end every permit is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeded_random_use_never_exceeds_the_limit_and_loses_no_permit() {
+    let seed = std::env::var("FAIRLOCK_SEM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("seeded run: FAIRLOCK_SEM_SEED={seed}");
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let clients = [
+        Client::connect(&server.url()).await.unwrap(),
+        Client::connect(&server.url()).await.unwrap(),
+        Client::connect(&server.url()).await.unwrap(),
+    ];
+    const LIMIT: i64 = 4;
+    let name = "sem:random";
+    assert!(clients[0].semaphore(name).try_set_permits(4).await.unwrap());
+    let meter = Arc::new(AtomicI64::new(0));
+    let peak = Arc::new(AtomicI64::new(0));
+    let mut tasks = Vec::new();
+    for w in 0..9u64 {
+        let sem = clients[(w % 3) as usize].semaphore(name);
+        let (meter, peak) = (meter.clone(), peak.clone());
+        let mut rng = Rng(seed ^ (w + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+        tasks.push(tokio::spawn(async move {
+            let until = Instant::now() + Duration::from_secs(6);
+            let mut taken = 0u64;
+            while Instant::now() < until {
+                let n = 1 + rng.below(3) as u32;
+                let wait = Duration::from_millis(rng.below(40));
+                let acquire = sem.try_acquire(n, wait);
+                let got = if rng.below(4) == 0 {
+                    let cut = Duration::from_micros(rng.below(3_000));
+                    match tokio::time::timeout(cut, acquire).await {
+                        Ok(r) => r.unwrap(),
+                        Err(_) => None,
+                    }
+                } else {
+                    acquire.await.unwrap()
+                };
+                let Some(p) = got else { continue };
+                taken += 1;
+                let now = meter.fetch_add(n as i64, Ordering::SeqCst) + n as i64;
+                peak.fetch_max(now, Ordering::SeqCst);
+                assert!(now <= LIMIT, "seed {seed}: {now} permits in use");
+                tokio::time::sleep(Duration::from_micros(rng.below(2_000))).await;
+                // Out of the meter before the permits can be seen free again.
+                meter.fetch_sub(n as i64, Ordering::SeqCst);
+                match rng.below(3) {
+                    0 => {
+                        p.release().await.unwrap();
+                    }
+                    1 => drop(p),
+                    _ => {
+                        let cut = Duration::from_micros(rng.below(1_500));
+                        let _ = tokio::time::timeout(cut, p.release()).await;
+                    }
+                }
+            }
+            taken
+        }));
+    }
+    // One more task is aborted at random points while it waits.
+    let sem = clients[1].semaphore(name);
+    let mut rng = Rng(seed);
+    for _ in 0..20 {
+        let s = sem.clone();
+        let t = tokio::spawn(async move { s.acquire(4).await.map(drop) });
+        tokio::time::sleep(Duration::from_micros(rng.below(20_000))).await;
+        t.abort();
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    wait_until(Duration::from_secs(15), "every permit back", || {
+        raw.get::<_, i64>(name).unwrap() == LIMIT
+    });
+    eprintln!(
+        "seed {seed}: {total} acquisitions, peak {} of {LIMIT}",
+        peak.load(Ordering::SeqCst)
+    );
+    assert!(total > 50, "seed {seed}: only {total} acquisitions");
+    assert!(
+        peak.load(Ordering::SeqCst) >= 2,
+        "seed {seed}: never contended"
+    );
+    let (others, eternal) = leftovers(&mut raw, name);
+    assert_eq!(others, vec![name.to_owned()], "seed {seed}");
+    assert!(eternal.is_empty(), "seed {seed}: {eternal:?}");
+}
