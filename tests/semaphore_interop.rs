@@ -1,0 +1,176 @@
+//! The semaphore and the count-down latch shared with the real Redisson (`RSemaphore`,
+//! `RCountDownLatch` in a JVM driven by `interop/redisson/RedissonPeer.java`), on one server and
+//! on a cluster: both sides draw from the same permits and wake each other's waiters; latches
+//! are set, counted down and awaited from both sides; on a cluster a hash-tagged latch name is
+//! refused (Redisson's channel for it would be in another slot).
+
+use fairlock_testkit as support;
+
+use std::time::{Duration, Instant};
+
+use fairlock::{Client, Error};
+use support::{JavaOptions, JavaPeer, JavaTopology, RedisCluster, RedisServer};
+
+const ANSWER: Duration = Duration::from_secs(10);
+/// Far below the waiters' 5 s re-check: a waiter served within it was woken by a message.
+const WOKEN: Duration = Duration::from_secs(2);
+
+async fn permits_shared_with_java(peer: &JavaPeer, c: &Client, name: &str) {
+    let sem = c.semaphore(name);
+    let r = peer.call(&format!("sem trysetpermits {name} 2")).await;
+    assert_eq!(r.ok("java trySetPermits"), "true");
+    assert!(!sem.try_set_permits(5).await.unwrap(), "Java set it first");
+    let ours = sem.acquire(1).await.unwrap();
+    peer.call(&format!("sem acquire {name} 1"))
+        .await
+        .ok("java acquire");
+    assert_eq!(sem.available().await.unwrap(), 0);
+    assert!(sem.try_acquire(1, Duration::ZERO).await.unwrap().is_none());
+    let r = peer.call(&format!("sem tryacquire {name} 1 0")).await;
+    assert_eq!(r.ok("java tryAcquire"), "false");
+
+    // A Rust waiter is woken by Java's release.
+    let s = sem.clone();
+    let waiter = tokio::spawn(async move { s.acquire(1).await });
+    let released = Instant::now();
+    peer.call(&format!("sem release {name} 1"))
+        .await
+        .ok("java release");
+    let theirs = tokio::time::timeout(ANSWER, waiter)
+        .await
+        .expect("the Rust waiter is served after Java's release")
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
+
+    // A Java waiter for two permits is woken by our releases.
+    let java = peer.send(&format!("sem acquire {name} 2"));
+    ours.release().await.unwrap();
+    let released = Instant::now();
+    theirs.release().await.unwrap();
+    java.wait(ANSWER)
+        .await
+        .ok("java acquire of two after our releases");
+    assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
+    let r = peer.call(&format!("sem available {name}")).await;
+    assert_eq!(r.ok("java availablePermits"), "0");
+
+    // Java's release of two serves two Rust waiters of two clients... of one client here.
+    let (s1, s2) = (sem.clone(), sem.clone());
+    let w1 = tokio::spawn(async move { s1.acquire(1).await });
+    let w2 = tokio::spawn(async move { s2.acquire(1).await });
+    let released = Instant::now();
+    peer.call(&format!("sem release {name} 2"))
+        .await
+        .ok("java release of two");
+    for w in [w1, w2] {
+        let p = tokio::time::timeout(ANSWER, w)
+            .await
+            .expect("both Rust waiters are served")
+            .unwrap()
+            .unwrap();
+        p.release().await.unwrap();
+    }
+    assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
+    assert_eq!(sem.available().await.unwrap(), 2);
+    peer.call(&format!("sem add {name} 3")).await.ok("java add");
+    assert_eq!(sem.available().await.unwrap(), 5);
+    assert!(sem.delete().await.unwrap());
+}
+
+async fn latches_shared_with_java(peer: &JavaPeer, c: &Client, name: &str) {
+    let latch = c.count_down_latch(name);
+    let r = peer.call(&format!("latch trysetcount {name} 2")).await;
+    assert_eq!(r.ok("java trySetCount"), "true");
+    assert!(!latch.try_set_count(7).await.unwrap());
+    assert_eq!(latch.count().await.unwrap(), 2);
+    let java = peer.send(&format!("latch await {name} -1"));
+    let l = latch.clone();
+    let ours = tokio::spawn(async move { l.wait().await });
+    peer.call(&format!("latch countdown {name}"))
+        .await
+        .ok("java countDown");
+    assert_eq!(latch.count().await.unwrap(), 1);
+    assert!(!ours.is_finished());
+    let opened = Instant::now();
+    assert_eq!(latch.count_down().await.unwrap(), 0);
+    java.wait(ANSWER)
+        .await
+        .ok("java await after our count-down");
+    tokio::time::timeout(ANSWER, ours)
+        .await
+        .expect("our waiter opens")
+        .unwrap()
+        .unwrap();
+    assert!(opened.elapsed() < WOKEN, "{:?}", opened.elapsed());
+
+    // Set by us, counted down by Java, awaited by both.
+    assert!(latch.try_set_count(1).await.unwrap());
+    let r = peer.call(&format!("latch count {name}")).await;
+    assert_eq!(r.ok("java getCount"), "1");
+    let java = peer.send(&format!("latch await {name} 10000"));
+    let l = latch.clone();
+    let ours = tokio::spawn(async move { l.wait_timeout(ANSWER).await });
+    let opened = Instant::now();
+    peer.call(&format!("latch countdown {name}"))
+        .await
+        .ok("java countDown");
+    assert_eq!(java.wait(ANSWER).await.ok("java await"), "true");
+    assert!(
+        ours.await.unwrap().unwrap(),
+        "ours opened by Java's count-down"
+    );
+    assert!(opened.elapsed() < WOKEN, "{:?}", opened.elapsed());
+
+    // Deleted by Java: our waiter sees no latch, i.e. open.
+    assert!(latch.try_set_count(3).await.unwrap());
+    let l = latch.clone();
+    let ours = tokio::spawn(async move { l.wait_timeout(ANSWER).await });
+    let r = peer.call(&format!("latch delete {name}")).await;
+    assert_eq!(r.ok("java delete"), "true");
+    assert!(ours.await.unwrap().unwrap());
+    assert_eq!(latch.count().await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_and_rust_share_semaphores_and_latches() {
+    let server = RedisServer::start();
+    let peer = JavaPeer::start(&JavaOptions::new(JavaTopology::Single(server.url())));
+    let c = Client::connect(&server.url()).await.unwrap();
+    permits_shared_with_java(&peer, &c, "sem:java").await;
+    latches_shared_with_java(&peer, &c, "latch:java").await;
+    let mut raw = server.conn();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut raw).unwrap();
+    let left: Vec<&String> = keys
+        .iter()
+        .filter(|k| !k.contains(":fairlock_call:"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_and_rust_share_semaphores_and_latches_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let peer = JavaPeer::start(&JavaOptions::new(JavaTopology::Cluster(cluster.urls())));
+    let c = Client::builder()
+        .cluster(cluster.urls())
+        .build()
+        .await
+        .unwrap();
+    permits_shared_with_java(&peer, &c, "sem:cluster").await;
+    permits_shared_with_java(&peer, &c, "{tag}sem").await;
+    latches_shared_with_java(&peer, &c, "latch:cluster").await;
+    // Redisson's channel for a hash-tagged latch name is in another slot: refused, typed.
+    let err = c
+        .count_down_latch("{user1}:latch")
+        .try_set_count(1)
+        .await
+        .unwrap_err();
+    match err {
+        Error::InvalidName { name, reason } => {
+            assert_eq!(name, "{user1}:latch");
+            assert!(reason.contains("latch"), "{reason}");
+        }
+        other => panic!("expected InvalidName, got {other:?}"),
+    }
+}
