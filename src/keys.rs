@@ -84,6 +84,26 @@ pub const COUNT_DOWN_CHANNEL_PREFIX: &str = "redisson_countdownlatch__channel__"
 /// ([PROTOCOL 11](crate::protocol)). Redisson never reads them.
 pub const CALL_MARK_SUFFIX: &str = "fairlock_call";
 
+/// What a permit-expirable semaphore's expiries are named with in the suffix form:
+/// `{NAME}:timeout` (Redisson's `RPermitExpirableSemaphore`; a sorted set of raw 16-byte permit
+/// ids scored by their expiry in ms since the epoch, [PROTOCOL 11](crate::protocol)).
+pub const PERMIT_TIMEOUT_SUFFIX: &str = "timeout";
+
+/// The expiries key of a permit-expirable semaphore: `{NAME}:timeout` (or `NAME:timeout` when
+/// the name has a `{`).
+///
+/// ```
+/// assert_eq!(fairlock::keys::permit_expiries("jobs"), "{jobs}:timeout");
+/// assert_eq!(fairlock::keys::permit_expiries("{t}jobs"), "{t}jobs:timeout");
+/// ```
+pub fn permit_expiries(name: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:{PERMIT_TIMEOUT_SUFFIX}")
+    } else {
+        format!("{{{name}}}:{PERMIT_TIMEOUT_SUFFIX}")
+    }
+}
+
 /// A semaphore's channel: `redisson_sc:{NAME}` ([`SEMAPHORE_CHANNEL_PREFIX`], prefix form).
 ///
 /// ```

@@ -94,6 +94,7 @@ pub use config::{
 };
 pub use conn::subscriber::SubscriberState;
 pub use coord::latch::CountDownLatch;
+pub use coord::permits::{ExpirablePermits, ExpirableSemaphore};
 pub use coord::semaphore::{Permits, Semaphore};
 pub use engine::validity::LostReason;
 pub use error::{Error, Result};

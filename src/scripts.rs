@@ -95,6 +95,10 @@ scripts! {
     SEMAPHORE_SET_PERMITS = plain "semaphore_set_permits.lua";
     SEMAPHORE_ADD_PERMITS = plain "semaphore_add_permits.lua";
     SEMAPHORE_DRAIN = plain "semaphore_drain.lua";
+    PERMIT_ACQUIRE = plain "permit_acquire.lua";
+    PERMIT_RELEASE = plain "permit_release.lua";
+    PERMIT_RENEW = plain "permit_renew.lua";
+    PERMIT_COUNTS = plain "permit_counts.lua";
     LATCH_SET_COUNT = plain "latch_set_count.lua";
     LATCH_COUNT_DOWN = plain "latch_count_down.lua";
     LATCH_DELETE = plain "latch_delete.lua";

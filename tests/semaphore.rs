@@ -524,3 +524,187 @@ async fn seeded_random_use_never_exceeds_the_limit_and_loses_no_permit() {
     assert_eq!(others, vec![name.to_owned()], "seed {seed}");
     assert!(eternal.is_empty(), "seed {seed}: {eternal:?}");
 }
+
+fn hex(raw: &[u8]) -> String {
+    raw.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn short_watchdog(url: &str, watchdog: Duration) -> Client {
+    Client::builder()
+        .standalone(url)
+        .watchdog_timeout(watchdog)
+        .timer_tick(Duration::from_millis(10))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Expirable permits: Redisson's layout (raw 16-byte ids scored by their expiry on the server's
+/// clock), watchdog renewals that move the expiry on while the guard lives, a release that
+/// returns the permit; a fixed lease that runs out is reported lost, and a waiter takes the
+/// expired permit at its expiry although no message is ever sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expirable_permits_keep_redissons_layout_and_are_renewed_while_held() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = short_watchdog(&server.url(), Duration::from_millis(900)).await;
+    let name = "pes:layout";
+    let zset = "{pes:layout}:timeout";
+    let sem = c.expirable_semaphore(name);
+    assert!(sem.try_set_permits(2).await.unwrap());
+    let p = sem.acquire(1, None).await.unwrap();
+    let ids = p.ids();
+    assert_eq!(ids.len(), 1);
+    let members: Vec<(Vec<u8>, f64)> = raw.zrange_withscores(zset, 0, -1).unwrap();
+    assert_eq!(members.len(), 1);
+    assert_eq!(
+        members[0].0.len(),
+        16,
+        "raw 16-byte ids, as Redisson stores them"
+    );
+    assert_eq!(hex(&members[0].0), ids[0]);
+    let first = members[0].1 as i64;
+    let now = support::server_now_ms(&mut raw);
+    assert!(
+        first > now && first <= now + 900,
+        "expiry {first} vs now {now}"
+    );
+    wait_until(
+        Duration::from_secs(5),
+        "renewed past its first lease",
+        || {
+            let score: f64 = raw.zscore(zset, &members[0].0).unwrap();
+            score as i64 > first + 900
+        },
+    );
+    assert!(!p.is_lost());
+    assert_eq!(sem.available().await.unwrap(), 1);
+    assert_eq!(sem.acquired().await.unwrap(), 1);
+    assert_eq!(p.release().await.unwrap(), 1);
+    assert!(!raw.exists::<_, bool>(zset).unwrap());
+    assert_eq!(sem.available().await.unwrap(), 2);
+
+    // A fixed lease runs out: lost; a waiter takes the expired permit at its expiry.
+    let fixed = sem
+        .acquire(2, Some(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    let s = sem.clone();
+    let waiter = tokio::spawn(async move { s.acquire(1, Some(Duration::from_secs(5))).await });
+    let reason = tokio::time::timeout(Duration::from_secs(3), fixed.lost())
+        .await
+        .expect("a fixed lease is reported lost when it runs out");
+    assert_eq!(reason, fairlock::LostReason::LeaseExpired);
+    let got = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("the waiter looks again at the expiry")
+        .unwrap()
+        .unwrap();
+    assert!(
+        fixed.release().await.unwrap() <= 1,
+        "the reclaimed one is not ours"
+    );
+    got.release().await.unwrap();
+    assert_eq!(sem.available().await.unwrap(), 2);
+    let (others, eternal) = leftovers(&mut raw, name);
+    assert_eq!(others, vec![name.to_owned()]);
+    assert!(eternal.is_empty());
+}
+
+/// An expirable acquire whose reply is lost is resent with the same ids and takes its permit
+/// once; futures cut at every stage leave every permit available again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expirable_acquires_resent_or_cancelled_take_each_permit_once() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let proxy = Proxy::start(server.port());
+    let c = Client::builder()
+        .standalone(proxy.url())
+        .command_timeout(Duration::from_millis(300))
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .await
+        .unwrap();
+    let name = "pes:resend";
+    let sem = c.expirable_semaphore(name);
+    assert!(sem.try_set_permits(3).await.unwrap());
+    sem.acquire(1, None).await.unwrap().release().await.unwrap();
+
+    proxy.set_blackhole_replies(true);
+    let s = sem.clone();
+    let attempt = tokio::spawn(async move { s.try_acquire(1, Duration::ZERO, None).await });
+    wait_until(Duration::from_secs(5), "the acquire ran", || {
+        raw.get::<_, i64>(name).unwrap() == 2
+    });
+    proxy.set_blackhole_replies(false);
+    let p = tokio::time::timeout(Duration::from_secs(10), attempt)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .expect("the resend found its permit taken by the first send");
+    assert_eq!(raw.get::<_, i64>(name).unwrap(), 2, "taken once");
+    assert_eq!(raw.zcard::<_, i64>("{pes:resend}:timeout").unwrap(), 1);
+    p.release().await.unwrap();
+
+    for i in 0..150u64 {
+        let cut = Duration::from_micros((i * 41) % 2_500);
+        let s = sem.clone();
+        if let Ok(Ok(Some(p))) =
+            tokio::time::timeout(cut, s.try_acquire(1 + (i % 2) as u32, Duration::ZERO, None)).await
+        {
+            if i % 3 == 0 {
+                drop(p);
+            } else {
+                let _ = tokio::time::timeout(cut, p.release()).await;
+            }
+        }
+    }
+    // Everything released (in the background) or, for a send that arrived after its release,
+    // back at its 900 ms lease.
+    let mut conn = server.conn();
+    let check = c.expirable_semaphore(name);
+    wait_until_async(Duration::from_secs(10), "every permit back", || {
+        let check = check.clone();
+        async move { check.available().await.unwrap() == 3 }
+    })
+    .await;
+    assert_eq!(conn.zcard::<_, i64>("{pes:resend}:timeout").unwrap(), 0);
+}
+
+/// A process killed while it holds an expirable permit under the watchdog: the permit comes
+/// back one watchdog timeout later, and a waiter takes it without any message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holders_expirable_permit_comes_back_at_its_lease() {
+    const ROLE: &str = "FAIRLOCK_PES_ROLE";
+    if let Ok(name) = std::env::var(ROLE) {
+        let url = std::env::var("FAIRLOCK_PES_URL").unwrap();
+        let c = short_watchdog(&url, Duration::from_millis(1_500)).await;
+        let permit = c.expirable_semaphore(name).acquire(1, None).await.unwrap();
+        println!("READY");
+        std::future::pending::<()>().await;
+        drop(permit);
+        return;
+    }
+    let server = RedisServer::start();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let name = "pes:killed";
+    let sem = c.expirable_semaphore(name);
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let url = server.url();
+    let mut child = support::spawn_role(
+        "a_killed_holders_expirable_permit_comes_back_at_its_lease",
+        &[(ROLE, name), ("FAIRLOCK_PES_URL", &url)],
+    );
+    assert_eq!(sem.available().await.unwrap(), 0);
+    support::sigkill(&mut child);
+    let killed = Instant::now();
+    let p = sem
+        .try_acquire(1, Duration::from_secs(10), None)
+        .await
+        .unwrap()
+        .expect("the dead holder's permit comes back");
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    p.release().await.unwrap();
+}

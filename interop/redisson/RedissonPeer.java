@@ -11,6 +11,7 @@ import org.redisson.Redisson;
 import org.redisson.RedissonFencedLock;
 import org.redisson.api.RCountDownLatch;
 import org.redisson.api.RLock;
+import org.redisson.api.RPermitExpirableSemaphore;
 import org.redisson.api.RSemaphore;
 import org.redisson.api.RedissonClient;
 import org.redisson.config.ClusterServersConfig;
@@ -42,6 +43,11 @@ import org.redisson.config.SubscriptionMode;
  *             ID sem trysetpermits|acquire|release|add NAME N     (RSemaphore)
  *             ID sem tryacquire NAME N WAIT_MS
  *             ID sem available NAME
+ *             ID pes trysetpermits NAME N                        (RPermitExpirableSemaphore)
+ *             ID pes acquire NAME LEASE_MS                       (LEASE_MS -1: no lease) -> id
+ *             ID pes tryacquire NAME WAIT_MS LEASE_MS             -> id | null
+ *             ID pes release|tryrelease NAME ID
+ *             ID pes available NAME
  *             ID latch trysetcount NAME N                        (RCountDownLatch)
  *             ID latch countdown|count|delete NAME
  *             ID latch await NAME WAIT_MS                        (WAIT_MS -1: no bound)
@@ -217,6 +223,9 @@ public final class RedissonPeer {
             case "latch":
                 latch(id, w[2], redisson.getCountDownLatch(w[3]), w);
                 break;
+            case "pes":
+                expirable(id, w[2], redisson.getPermitExpirableSemaphore(w[3]), w);
+                break;
             default:
                 throw new IllegalArgumentException("unknown request " + op);
         }
@@ -245,6 +254,39 @@ public final class RedissonPeer {
                 break;
             default:
                 throw new IllegalArgumentException("unknown semaphore request " + op);
+        }
+    }
+
+    private static void expirable(
+            String id, String op, RPermitExpirableSemaphore sem, String[] w) {
+        switch (op) {
+            case "trysetpermits":
+                answer(id, sem.trySetPermitsAsync(Integer.parseInt(w[4])), String::valueOf);
+                break;
+            case "acquire": {
+                long lease = Long.parseLong(w[4]);
+                if (lease < 0) {
+                    answer(id, sem.acquireAsync(), String::valueOf);
+                } else {
+                    answer(id, sem.acquireAsync(lease, TimeUnit.MILLISECONDS), String::valueOf);
+                }
+                break;
+            }
+            case "tryacquire":
+                answer(id, sem.tryAcquireAsync(Long.parseLong(w[4]), Long.parseLong(w[5]),
+                        TimeUnit.MILLISECONDS), String::valueOf);
+                break;
+            case "release":
+                answer(id, sem.releaseAsync(w[4]), v -> "");
+                break;
+            case "tryrelease":
+                answer(id, sem.tryReleaseAsync(w[4]), String::valueOf);
+                break;
+            case "available":
+                answer(id, sem.availablePermitsAsync(), String::valueOf);
+                break;
+            default:
+                throw new IllegalArgumentException("unknown expirable semaphore request " + op);
         }
     }
 

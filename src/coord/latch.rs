@@ -202,7 +202,7 @@ impl CountDownLatch {
     async fn wait_until(&self, deadline: Option<Instant>) -> Result<bool> {
         self.check()?;
         let open = wait_on(&self.inner, &self.channel, deadline, || async {
-            Ok((self.count().await? == 0).then_some(()))
+            Ok((self.count().await? == 0).then_some(()).into())
         })
         .await?;
         Ok(open.is_some())

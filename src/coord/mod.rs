@@ -1,5 +1,7 @@
-//! Coordination primitives other than locks, in Redisson's layouts: the [`Semaphore`]
-//! (`RSemaphore`) and the [`CountDownLatch`] (`RCountDownLatch`).
+//! Coordination primitives other than locks, in Redisson's layouts: the
+//! [`Semaphore`](crate::Semaphore) (`RSemaphore`), the
+//! [`ExpirableSemaphore`](crate::ExpirableSemaphore) (`RPermitExpirableSemaphore`) and the
+//! [`CountDownLatch`](crate::CountDownLatch) (`RCountDownLatch`).
 //!
 //! What they share lives here:
 //! * **Call marks** (`{NAME}:fairlock_call:<call id>`, PROTOCOL 11): a write that is not
@@ -15,6 +17,7 @@
 //! This module must never resend a write without its mark.
 
 pub(crate) mod latch;
+pub(crate) mod permits;
 pub(crate) mod semaphore;
 
 use std::future::Future;
@@ -75,8 +78,25 @@ where
     }
 }
 
-/// Runs `attempt` until it yields a value, waking on every message on `channel`; `None` once
-/// `deadline` passed (a final attempt is made at it). With no deadline it waits for ever. One
+/// What one look found: the value waited for, or not yet (with, perhaps, when something will
+/// change unannounced: an expiring permit).
+pub(crate) enum Look<T> {
+    Ready(T),
+    NotYet(Option<Duration>),
+}
+
+impl<T> From<Option<T>> for Look<T> {
+    fn from(found: Option<T>) -> Self {
+        match found {
+            Some(v) => Look::Ready(v),
+            None => Look::NotYet(None),
+        }
+    }
+}
+
+/// Runs `attempt` until it yields a value, waking on every message on `channel` (or when the
+/// attempt said something changes unannounced); `None` once `deadline` passed (a final attempt
+/// is made at it). With no deadline it waits for ever. One
 /// attempt before subscribing (unless the channel is live already); after subscribing, every
 /// attempt is preceded by reading the channel's message count, so a message that comes between
 /// an attempt and the sleep is never missed.
@@ -91,13 +111,13 @@ pub(crate) async fn wait_on<T, F, Fut>(
 ) -> Result<Option<T>>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>>>,
+    Fut: Future<Output = Result<Look<T>>>,
 {
     let passed = |deadline: Option<Instant>| deadline.is_some_and(|d| Instant::now() >= d);
     let subscription = match inner.subscriber.subscribe_if_live(channel) {
         Some(live) => live,
         None => {
-            if let Some(v) = attempt().await? {
+            if let Look::Ready(v) = attempt().await? {
                 return Ok(Some(v));
             }
             if passed(deadline) {
@@ -108,7 +128,12 @@ where
                 Some(d) => match tokio::time::timeout_at(d, subscribe).await {
                     Ok(s) => s?,
                     // Out of time before the subscription was confirmed: one last look.
-                    Err(_) => return attempt().await,
+                    Err(_) => {
+                        return Ok(match attempt().await? {
+                            Look::Ready(v) => Some(v),
+                            Look::NotYet(_) => None,
+                        })
+                    }
                 },
                 None => subscribe.await?,
             }
@@ -119,9 +144,12 @@ where
     loop {
         inner.check_open()?;
         let seen = mail.seq();
-        if let Some(v) = attempt().await? {
-            return Ok(Some(v));
-        }
+        let recheck = match attempt().await? {
+            Look::Ready(v) => return Ok(Some(v)),
+            Look::NotYet(hint) => {
+                hint.map_or(RECHECK, |h| h.clamp(Duration::from_millis(1), RECHECK))
+            }
+        };
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             return Ok(None);
@@ -132,7 +160,7 @@ where
         if mail.seq() != seen {
             continue;
         }
-        let nap = deadline.map_or(RECHECK, |d| (d - now).min(RECHECK));
+        let nap = deadline.map_or(recheck, |d| (d - now).min(recheck));
         tokio::select! {
             _ = &mut woken => {}
             _ = tokio::time::sleep(nap) => {}

@@ -240,8 +240,8 @@ impl Semaphore {
         if permits == 0 {
             return Err(Error::invalid_argument("permits", "must be at least 1"));
         }
-        let taken = wait_on(&self.inner, &self.channel, deadline, || {
-            self.attempt(permits)
+        let taken = wait_on(&self.inner, &self.channel, deadline, || async {
+            Ok(self.attempt(permits).await?.into())
         })
         .await?;
         Ok(taken.map(|mark| Permits {

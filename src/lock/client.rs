@@ -121,6 +121,15 @@ impl Client {
         crate::Semaphore::new(self.inner.clone(), name.into())
     }
 
+    /// A semaphore whose permits expire on `name`, in Redisson's `RPermitExpirableSemaphore`
+    /// layout (see [`ExpirableSemaphore`](crate::ExpirableSemaphore)): permits taken without a
+    /// lease are renewed by the watchdog, so a crashed holder's permits come back. No I/O; an
+    /// invalid name is reported by the first operation.
+    #[must_use = "a semaphore handle does nothing until one of its methods is called"]
+    pub fn expirable_semaphore(&self, name: impl Into<String>) -> crate::ExpirableSemaphore {
+        crate::ExpirableSemaphore::new(self.inner.clone(), name.into())
+    }
+
     /// A count-down latch on `name`, in Redisson's `RCountDownLatch` layout (see
     /// [`CountDownLatch`](crate::CountDownLatch)). No I/O; an invalid name (on a cluster, any
     /// name with braces) is reported by the first operation.

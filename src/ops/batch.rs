@@ -111,6 +111,58 @@ async fn renew_group(
     Ok(replies.into_iter().flatten().map(|r| r == 1).collect())
 }
 
+/// One permit-expirable semaphore guard to renew: its expiries key (`{NAME}:timeout`) and its
+/// permit ids (see `permit_renew.lua`).
+pub(crate) type PermitItem<'a> = (&'a str, &'a [[u8; 16]]);
+
+/// Renews permit guards, one script call each, pipelined per slot (all slots at once on a
+/// cluster, [`CALLS_PER_PIPELINE`] × `batch` calls per pipeline on one server). One result per
+/// guard, in order: `Ok(true)` renewed, `Ok(false)` a permit is gone, `Err` its pipeline failed.
+pub(crate) async fn renew_permits(
+    conn: &mut Conn,
+    items: &[PermitItem<'_>],
+    lease_ms: i64,
+    batch: usize,
+) -> Vec<Result<bool>> {
+    let mut out: Vec<Result<bool>> = vec![Ok(false); items.len()];
+    let groups = slot_groups(conn, items.iter().map(|(key, _)| *key));
+    let per_pipeline = batch.max(1) * CALLS_PER_PIPELINE;
+    let chunks: Vec<&[usize]> = groups.iter().flat_map(|g| g.chunks(per_pipeline)).collect();
+    let replies = join_all(chunks.iter().map(|chunk| {
+        let mut conn = conn.clone();
+        async move {
+            let mut pipe = Pipeline::with_capacity(chunk.len());
+            for &i in chunk.iter() {
+                let (key, ids) = items[i];
+                let mut cmd = evalsha(&scripts::PERMIT_RENEW, 1);
+                cmd.arg(key).arg(lease_ms);
+                for id in ids {
+                    cmd.arg(&id[..]);
+                }
+                pipe.add_command(cmd);
+            }
+            let replies: Result<Vec<i64>> = pipe.query_async(&mut conn).await.map_err(Error::from);
+            replies
+        }
+    }))
+    .await;
+    for (chunk, reply) in chunks.iter().zip(replies) {
+        match reply {
+            Ok(renewed) => {
+                for (&i, r) in chunk.iter().zip(renewed) {
+                    out[i] = Ok(r == 1);
+                }
+            }
+            Err(e) => {
+                for &i in chunk.iter() {
+                    out[i] = Err(e.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Indices of `names` grouped by cluster slot (one group holding everything outside a cluster),
 /// each group in input order.
 fn slot_groups<'a>(conn: &Conn, names: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {

@@ -164,6 +164,13 @@ impl Driver {
                 self.watchdog.on_acquired(&mut self.timers, &held, watchdog)
             }
             Work::Forget { id } => self.watchdog.forget(&mut self.timers, id),
+            Work::Permits(lease) => {
+                let at = self
+                    .timers
+                    .next_grid(Instant::now(), self.watchdog.period());
+                self.timers
+                    .schedule(at, Timer::Permits(Arc::downgrade(&lease)));
+            }
             Work::Waiter(waiter) => {
                 let at = self
                     .timers
@@ -202,6 +209,7 @@ impl Driver {
         let now = Instant::now();
         let mut renew_ids = Vec::new();
         let mut beats = Vec::new();
+        let mut permits = Vec::new();
         for (_, timer) in due.drain(..) {
             match timer {
                 Timer::Renew(id) => {
@@ -209,6 +217,13 @@ impl Driver {
                         .renewal_due(&mut self.timers, id, now, &mut renew_ids)
                 }
                 Timer::Validity(id) => self.watchdog.validity_due(&mut self.timers, id, now),
+                Timer::Permits(weak) => {
+                    if let Some(lease) = weak.upgrade().filter(|l| l.renewable()) {
+                        let at = self.timers.next_grid(now, self.watchdog.period());
+                        self.timers.schedule(at, Timer::Permits(weak));
+                        permits.push(lease);
+                    }
+                }
                 Timer::Heartbeat(weak) => {
                     if weak.strong_count() > 0 {
                         let at = self.timers.next_grid(now, heartbeat::period(self.liveness));
@@ -220,6 +235,9 @@ impl Driver {
         }
         if !renew_ids.is_empty() {
             self.send_renewals(renew_ids);
+        }
+        if !permits.is_empty() {
+            renew_permits(self.conn.clone(), permits, self.batch);
         }
         if !beats.is_empty() {
             if let Some(tx) = self.self_tx.upgrade() {
@@ -248,6 +266,27 @@ impl Driver {
         let mut all = Vec::new();
         self.timers.wheel.advance(u64::MAX, &mut all);
     }
+}
+
+/// Renews expirable-semaphore permits in one batch, from a spawned task that reports each
+/// result to its guard's shared state (nothing comes back to the driver: a guard's next renewal
+/// is already scheduled, and one that is lost or ended is not renewed again).
+fn renew_permits(
+    mut conn: Conn,
+    leases: Vec<Arc<crate::coord::permits::PermitLease>>,
+    batch: usize,
+) {
+    tokio::spawn(async move {
+        let sent = Instant::now();
+        let lease_ms = leases[0].lease().as_millis() as i64;
+        let items: Vec<crate::ops::batch::PermitItem<'_>> =
+            leases.iter().map(|l| (l.expiries(), &l.ids[..])).collect();
+        tracing::debug!(guards = items.len(), "renewing permits");
+        let results = crate::ops::batch::renew_permits(&mut conn, &items, lease_ms, batch).await;
+        for (lease, result) in leases.iter().zip(&results) {
+            lease.on_renewed(sent, result);
+        }
+    });
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {

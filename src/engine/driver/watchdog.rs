@@ -61,6 +61,11 @@ impl Watchdog {
         }
     }
 
+    /// The renewal period: a third of the watchdog timeout.
+    pub(super) fn period(&self) -> Duration {
+        self.timeout / 3
+    }
+
     /// A hold was taken on `held`: (re)arm its validity timer, and its renewals when it is a
     /// watchdog hold.
     pub(super) fn on_acquired(&mut self, timers: &mut Timers, held: &Arc<Held>, watchdog: bool) {

@@ -23,6 +23,8 @@ pub(crate) enum Work {
     Forget { id: u64 },
     /// A fair waiter started waiting: heartbeat it while it is alive.
     Waiter(Arc<WaiterBeat>),
+    /// Permits of an expirable semaphore taken without a lease: renew them while they live.
+    Permits(Arc<crate::coord::permits::PermitLease>),
     /// A waiting future was dropped while an acquire attempt was in flight: settle its outcome
     /// (release what it took, or leave the queue), with the field's turn the attempt holds.
     Abandoned {
@@ -57,6 +59,7 @@ impl std::fmt::Debug for Work {
             Work::Acquired { .. } => "Acquired",
             Work::Forget { .. } => "Forget",
             Work::Waiter(_) => "Waiter",
+            Work::Permits(_) => "Permits",
             Work::Abandoned { .. } => "Abandoned",
             Work::Finish(_) => "Finish",
             Work::Wake => "Wake",

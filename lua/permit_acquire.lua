@@ -1,0 +1,58 @@
+-- Permit-expirable semaphore: take permits, each under its own id with an expiry
+-- (RPermitExpirableSemaphore layout, PROTOCOL 11). Expiries are decided on the server's clock.
+--
+-- KEYS[1] the semaphore NAME (available count), KEYS[2] the permits' expiries `{NAME}:timeout`
+-- (sorted set: raw 16-byte permit id, expiry in ms since the epoch)
+-- ARGV[1] how many permits (>= 1), ARGV[2] their lease in ms, ARGV[3] publish command,
+-- ARGV[4] the semaphore's channel, ARGV[5..] the permit ids (raw 16 bytes each, one per permit)
+--
+-- A resend of a call whose first send took its permits finds its first id there and takes
+-- nothing more. Permits whose expiry passed are reclaimed first (as many as asked for, as Redisson
+-- does), and their return published. A Redisson permit taken without a lease has the score
+-- 922337203685477 and never expires.
+--
+-- Reply: {1, 0} the permits are ours; {0, ms} not enough available, the earliest expiry is in ms
+--        (a waiter looks again then); {0, -1} not enough, and no expiry is coming.
+
+local name, expiries = KEYS[1], KEYS[2]
+local wanted, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
+local publish_cmd, channel = ARGV[3], ARGV[4]
+local forever = 922337203685477
+
+if redis.call('ZSCORE', expiries, ARGV[5]) then
+  return {1, 0}
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local expired = redis.call('ZRANGEBYSCORE', expiries, 0, now, 'LIMIT', 0, wanted)
+if #expired > 0 then
+  redis.call('ZREM', expiries, unpack(expired))
+  local value = redis.call('INCRBY', name, #expired)
+  if value > 0 then
+    redis.call(publish_cmd, channel, value)
+  end
+end
+
+local available = tonumber(redis.call('GET', name) or '0')
+if available == nil then
+  return redis.error_reply('ERR fairlock: semaphore ' .. name .. ' does not hold a number')
+end
+if available >= wanted then
+  redis.call('DECRBY', name, wanted)
+  for i = 5, #ARGV do
+    redis.call('ZADD', expiries, now + lease, ARGV[i])
+  end
+  local ttl = redis.call('PTTL', name)
+  if ttl > 0 then
+    redis.call('PEXPIRE', expiries, ttl)
+  end
+  return {1, 0}
+end
+
+local first = redis.call('ZRANGE', expiries, 0, 0, 'WITHSCORES')
+if first[1] and tonumber(first[2]) ~= forever then
+  return {0, math.max(tonumber(first[2]) - now, 0)}
+end
+return {0, -1}
