@@ -8,10 +8,24 @@ use fairlock_testkit as support;
 
 use std::time::{Duration, Instant};
 
-use fairlock::{Client, Error};
+use fairlock::{Client, Error, LostReason};
 use support::{JavaOptions, JavaPeer, JavaTopology, RedisCluster, RedisServer};
 
 const ANSWER: Duration = Duration::from_secs(10);
+
+/// A client whose watchdog renews every 300 ms (a permit released elsewhere is noticed fast).
+async fn watchdog_client(url: &str, cluster: Option<Vec<String>>) -> Client {
+    let builder = Client::builder()
+        .watchdog_timeout(Duration::from_millis(900))
+        .timer_tick(Duration::from_millis(10));
+    match cluster {
+        Some(urls) => builder.cluster(urls),
+        None => builder.standalone(url),
+    }
+    .build()
+    .await
+    .unwrap()
+}
 /// Far below the waiters' 5 s re-check: a waiter served within it was woken by a message.
 const WOKEN: Duration = Duration::from_secs(2);
 
@@ -132,6 +146,104 @@ async fn latches_shared_with_java(peer: &JavaPeer, c: &Client, name: &str) {
     assert_eq!(latch.count().await.unwrap(), 0);
 }
 
+/// Expirable permits across sides: one pool, ids each side can release, our watchdog permit
+/// reported lost when Java releases it by id, waiters woken by the other side's releases.
+async fn expirable_permits_shared_with_java(peer: &JavaPeer, c: &Client, name: &str) {
+    let sem = c.expirable_semaphore(name);
+    let r = peer.call(&format!("pes trysetpermits {name} 3")).await;
+    assert_eq!(r.ok("java trySetPermits"), "true");
+    let ours = sem.acquire(1, None).await.unwrap();
+    let java_id = peer
+        .call(&format!("pes acquire {name} -1"))
+        .await
+        .ok("java acquire")
+        .to_owned();
+    assert_eq!(java_id.len(), 32, "{java_id}");
+    let fixed_id = peer
+        .call(&format!("pes acquire {name} 60000"))
+        .await
+        .ok("java acquire with a lease")
+        .to_owned();
+    assert_eq!(sem.available().await.unwrap(), 0);
+    assert!(sem
+        .try_acquire(1, Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
+    let r = peer.call(&format!("pes tryacquire {name} 0 -1")).await;
+    assert_eq!(r.ok("java tryAcquire"), "null");
+
+    // A Rust waiter is woken by Java's release of its own permit.
+    let s = sem.clone();
+    let waiter = tokio::spawn(async move { s.acquire(1, None).await });
+    let released = Instant::now();
+    peer.call(&format!("pes release {name} {java_id}"))
+        .await
+        .ok("java release");
+    let theirs = tokio::time::timeout(ANSWER, waiter)
+        .await
+        .expect("the Rust waiter is served after Java's release")
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
+
+    // Java releases our permit by its id: our guard learns it at its next renewal.
+    let our_id = ours.ids().remove(0);
+    let r = peer.call(&format!("pes tryrelease {name} {our_id}")).await;
+    assert_eq!(r.ok("java tryRelease of our permit"), "true");
+    let reason = tokio::time::timeout(ANSWER, ours.lost())
+        .await
+        .expect("our guard is told");
+    assert_eq!(reason, LostReason::Gone);
+    assert_eq!(ours.release().await.unwrap(), 0, "nothing of ours was left");
+
+    // We release Java's fixed-lease permit by its id; a waiting Java acquire is woken by it.
+    assert_eq!(sem.available().await.unwrap(), 1);
+    let extra = sem.acquire(1, None).await.unwrap();
+    let java = peer.send(&format!("pes acquire {name} -1"));
+    let released = Instant::now();
+    assert!(sem.release_id(&fixed_id).await.unwrap());
+    assert!(!sem.release_id(&fixed_id).await.unwrap(), "released once");
+    let java_second = java
+        .wait(ANSWER)
+        .await
+        .ok("java acquire after our release by id")
+        .to_owned();
+    assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
+    assert_eq!(java_second.len(), 32);
+    theirs.release().await.unwrap();
+    extra.release().await.unwrap();
+    peer.call(&format!("pes release {name} {java_second}"))
+        .await
+        .ok("java release");
+    let r = peer.call(&format!("pes available {name}")).await;
+    assert_eq!(r.ok("java availablePermits"), "3");
+    assert_eq!(sem.acquired().await.unwrap(), 0);
+    assert!(sem.delete().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_jvm_holders_expirable_permit_comes_back_at_its_lease() {
+    let server = RedisServer::start();
+    let mut peer = JavaPeer::start(&JavaOptions::new(JavaTopology::Single(server.url())));
+    let c = Client::connect(&server.url()).await.unwrap();
+    let name = "pes:jvm-dies";
+    let sem = c.expirable_semaphore(name);
+    assert!(sem.try_set_permits(1).await.unwrap());
+    peer.call(&format!("pes acquire {name} 1500"))
+        .await
+        .ok("java acquire with a 1.5 s lease");
+    peer.kill();
+    let killed = Instant::now();
+    let p = sem
+        .try_acquire(1, ANSWER, None)
+        .await
+        .unwrap()
+        .expect("the dead JVM's permit comes back at its lease");
+    assert!(killed.elapsed() < Duration::from_secs(4), "{:?}", killed.elapsed());
+    p.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn java_and_rust_share_semaphores_and_latches() {
     let server = RedisServer::start();
@@ -139,6 +251,8 @@ async fn java_and_rust_share_semaphores_and_latches() {
     let c = Client::connect(&server.url()).await.unwrap();
     permits_shared_with_java(&peer, &c, "sem:java").await;
     latches_shared_with_java(&peer, &c, "latch:java").await;
+    let short = watchdog_client(&server.url(), None).await;
+    expirable_permits_shared_with_java(&peer, &short, "pes:java").await;
     let mut raw = server.conn();
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut raw).unwrap();
     let left: Vec<&String> = keys
@@ -160,6 +274,9 @@ async fn java_and_rust_share_semaphores_and_latches_on_a_cluster() {
     permits_shared_with_java(&peer, &c, "sem:cluster").await;
     permits_shared_with_java(&peer, &c, "{tag}sem").await;
     latches_shared_with_java(&peer, &c, "latch:cluster").await;
+    let short = watchdog_client("", Some(cluster.urls())).await;
+    expirable_permits_shared_with_java(&peer, &short, "pes:cluster").await;
+    expirable_permits_shared_with_java(&peer, &short, "{tag}pes").await;
     // Redisson's channel for a hash-tagged latch name is in another slot: refused, typed.
     let err = c
         .count_down_latch("{user1}:latch")

@@ -149,6 +149,26 @@ impl ExpirableSemaphore {
         Ok(self.counts().await?.1)
     }
 
+    /// Deletes the semaphore, its count and every permit in use (as Redisson's `delete`): the
+    /// guards of those permits are told they are lost at their next renewal. `Ok(false)` when
+    /// there was nothing to delete.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`], [`Error::Shutdown`], [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one command.
+    pub async fn delete(&self) -> Result<bool> {
+        self.check()?;
+        let mut conn = self.inner.conn.clone();
+        let deleted: i64 = redis::cmd("DEL")
+            .arg(&*self.name)
+            .arg(&*self.expiries)
+            .query_async(&mut conn)
+            .await?;
+        Ok(deleted > 0)
+    }
+
     async fn counts(&self) -> Result<(i64, u64)> {
         self.check()?;
         let mut conn = self.inner.conn.clone();
