@@ -103,6 +103,7 @@ pub use lock::client::Health;
 pub use lock::fair::FairLock;
 pub use lock::guard::{LockGuard, LostSignal};
 pub use lock::holder::Holder;
+pub use lock::multi::{MultiGuard, MultiLock, MultiMember};
 #[allow(deprecated)]
 pub use lock::plain::Lock;
 pub use lock::plain::NonFairLock;

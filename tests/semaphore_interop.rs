@@ -240,7 +240,11 @@ async fn a_killed_jvm_holders_expirable_permit_comes_back_at_its_lease() {
         .await
         .unwrap()
         .expect("the dead JVM's permit comes back at its lease");
-    assert!(killed.elapsed() < Duration::from_secs(4), "{:?}", killed.elapsed());
+    assert!(
+        killed.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        killed.elapsed()
+    );
     p.release().await.unwrap();
 }
 

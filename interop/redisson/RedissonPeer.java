@@ -51,6 +51,9 @@ import org.redisson.config.SubscriptionMode;
  *             ID latch trysetcount NAME N                        (RCountDownLatch)
  *             ID latch countdown|count|delete NAME
  *             ID latch await NAME WAIT_MS                        (WAIT_MS -1: no bound)
+ *             ID multi lock KIND HOLDER LEASE_MS NAME...          (getMultiLock, caller's order)
+ *             ID multi trylock KIND HOLDER WAIT_MS LEASE_MS NAME...
+ *             ID multi unlock KIND HOLDER NAME...
  *             ID quit
  * replies:    ID ok [VALUE]      lock: the fencing token for KIND fenced, else nothing;
  *                                trylock: true|false [token]; force, held: true|false; ttl: ms;
@@ -223,6 +226,9 @@ public final class RedissonPeer {
             case "latch":
                 latch(id, w[2], redisson.getCountDownLatch(w[3]), w);
                 break;
+            case "multi":
+                multi(id, w);
+                break;
             case "pes":
                 expirable(id, w[2], redisson.getPermitExpirableSemaphore(w[3]), w);
                 break;
@@ -254,6 +260,33 @@ public final class RedissonPeer {
                 break;
             default:
                 throw new IllegalArgumentException("unknown semaphore request " + op);
+        }
+    }
+
+    private void multi(String id, String[] w) {
+        String op = w[2];
+        String kind = w[3];
+        long holder = Long.parseLong(w[4]);
+        int first = op.equals("trylock") ? 7 : op.equals("lock") ? 6 : 5;
+        RLock[] members = new RLock[w.length - first];
+        for (int i = first; i < w.length; i++) {
+            members[i - first] = lock(kind, w[i]);
+        }
+        RLock multi = redisson.getMultiLock(members);
+        switch (op) {
+            case "lock":
+                answer(id, multi.lockAsync(Long.parseLong(w[5]), TimeUnit.MILLISECONDS, holder),
+                        v -> "");
+                break;
+            case "trylock":
+                answer(id, multi.tryLockAsync(Long.parseLong(w[5]), Long.parseLong(w[6]),
+                        TimeUnit.MILLISECONDS, holder), String::valueOf);
+                break;
+            case "unlock":
+                answer(id, multi.unlockAsync(holder), v -> "");
+                break;
+            default:
+                throw new IllegalArgumentException("unknown multi-lock request " + op);
         }
     }
 

@@ -9,5 +9,6 @@ pub(crate) mod fair;
 pub(crate) mod guard;
 pub(crate) mod handle;
 pub(crate) mod holder;
+pub(crate) mod multi;
 pub(crate) mod plain;
 pub(crate) mod rw;
