@@ -534,6 +534,13 @@ impl ExpirablePermits {
         self.state.ids.iter().map(show_id).collect()
     }
 
+    /// Until when the permits can be trusted: their last grant or renewal's send time plus the
+    /// lease, less a drift margin (as [`LockGuard::valid_until`](crate::LockGuard::valid_until)).
+    /// Nobody else can reclaim them before it.
+    pub fn valid_until(&self) -> std::time::Instant {
+        self.state.valid_until()
+    }
+
     /// Whether the permits are known to be lost (see [`lost`](Self::lost)); no I/O.
     pub fn is_lost(&self) -> bool {
         self.state.lost_now().is_some()

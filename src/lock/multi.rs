@@ -250,6 +250,11 @@ impl MultiGuard {
         &self.guards
     }
 
+    /// The members' guards, to release or watch one by one (in the order they were taken).
+    pub fn into_guards(self) -> Vec<LockGuard> {
+        self.guards
+    }
+
     /// Whether some member is known to be lost (no I/O).
     pub fn is_lost(&self) -> bool {
         self.guards.iter().any(LockGuard::is_lost)

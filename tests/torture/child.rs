@@ -541,6 +541,14 @@ pub async fn task_loop(ctx: Arc<ChildCtx>, task_no: usize, seed: u64, shared_hol
             continue;
         }
         let client = ctx.current().await;
+        if ctx.has("sem") && rng.chance(0.15) {
+            sem_round(&ctx, Rng::new(rng.next()), &client).await;
+            continue;
+        }
+        if ctx.has("multi") && ctx.has("plain") && rng.chance(0.1) {
+            multi_round(&ctx, Rng::new(rng.next()), &client).await;
+            continue;
+        }
         let mut pick = *rng.pick(&names);
         if pick.1 == Kind::Read && rng.chance(0.35) {
             pick.1 = Kind::Write;
@@ -677,6 +685,250 @@ async fn one_round(
             ctx.hold(&g, &id, rng.ms(0, 20), &mut lost).await;
             let by_drop = rng.chance(0.5);
             ctx.release(g, &id, by_drop, lost).await;
+        }
+    }
+}
+
+/// One round on the permit-expirable semaphore: take one or two permits (watchdog or a fixed
+/// lease; `acquire` in a `timeout()`, or `try_acquire`), hold them, release or drop them. Logged
+/// as a call on [`SEM_NAME`] with op `sem<n>` and a field of its own (permits have no holder);
+/// the checker sums the permits of overlapping trusted holds (`permit-limit`).
+async fn sem_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
+    let n = 1 + rng.below(2) as u32;
+    let lease = (!rng.chance(0.5)).then(|| rng.ms(60, 1200));
+    let wait = (!rng.chance(0.3)).then(|| rng.ms(0, 400));
+    let cancel_after = match wait {
+        None => Some(if ctx.has("cancel") && rng.chance(0.25) {
+            rng.ms(0, 6)
+        } else {
+            rng.ms(50, 2500)
+        }),
+        Some(_) if ctx.has("cancel") && rng.chance(0.15) => Some(rng.ms(0, 300)),
+        Some(_) => None,
+    };
+    let id = format!(
+        "{}.{}",
+        ctx.proc,
+        ctx.next_call.fetch_add(1, Ordering::SeqCst)
+    );
+    ctx.log.log(Event::Call {
+        id: id.clone(),
+        proc: ctx.proc.clone(),
+        client: client.1.clone(),
+        name: SEM_NAME.to_owned(),
+        fair: false,
+        field: format!("{}:sem:{id}", client.0.id()),
+        op: format!("sem{n}"),
+        wait_ms: wait.map(|w| w.as_millis() as u64),
+        lease_ms: lease.map(|d| d.as_millis() as u64),
+        t: mono_ns(),
+        shared: false,
+        reentrant: false,
+        java: false,
+    });
+    ctx.count("call sem");
+    let sem = client.0.expirable_semaphore(SEM_NAME);
+    let run = async {
+        match wait {
+            None => sem.acquire(n, lease).await.map(Some),
+            Some(w) => sem.try_acquire(n, w, lease).await,
+        }
+    }
+    .instrument(tracing::info_span!("torture_call", id = %id));
+    let result = match cancel_after {
+        Some(d) => tokio::time::timeout(d, run).await.ok(),
+        None => Some(run.await),
+    };
+    let t = mono_ns();
+    let (outcome, permits, detail) = match result {
+        None => (Outcome::Cancelled, None, String::new()),
+        Some(Ok(Some(p))) => (Outcome::Granted, Some(p), String::new()),
+        Some(Ok(None)) => (Outcome::TimedOut, None, String::new()),
+        Some(Err(e)) if e.is_shutdown() => (Outcome::Shutdown, None, String::new()),
+        Some(Err(e)) => {
+            ctx.count(&format!(
+                "error sem {}",
+                e.to_string().chars().take(50).collect::<String>()
+            ));
+            (Outcome::Error, None, format!("{e}"))
+        }
+    };
+    ctx.count(&format!(
+        "outcome sem {}",
+        format!("{outcome:?}").to_lowercase()
+    ));
+    ctx.log.log(Event::End {
+        id: id.clone(),
+        t,
+        outcome,
+        token: None,
+        vu: permits.as_ref().map(|p| ctx.clock.ns(p.valid_until())),
+        detail,
+    });
+    let Some(permits) = permits else {
+        return;
+    };
+    if permits.count() != n as usize {
+        ctx.anomaly(format!(
+            "call {id}: {} permits granted for {n}",
+            permits.count()
+        ));
+    }
+    let hold_for = if ctx.has("longhold") && rng.chance(0.06) {
+        lease.unwrap_or(TIMING.watchdog) + rng.ms(0, 400)
+    } else {
+        rng.ms(0, 25)
+    };
+    let mut lost_logged = false;
+    tokio::select! {
+        _ = tokio::time::sleep(hold_for) => {}
+        reason = permits.lost() => {
+            ctx.log.log(Event::Lost { id: id.clone(), t: mono_ns(), reason: format!("{reason:?}") });
+            ctx.count("lost sem");
+            lost_logged = true;
+            tokio::time::sleep(hold_for / 4).await;
+        }
+    }
+    let lost = permits.is_lost();
+    if lost && !lost_logged {
+        ctx.log.log(Event::Lost {
+            id: id.clone(),
+            t: mono_ns(),
+            reason: "seen-at-release".into(),
+        });
+    }
+    let by_drop = ctx.has("drop") && rng.chance(0.4);
+    ctx.log.log(Event::Release {
+        id: id.clone(),
+        t: mono_ns(),
+        vu: ctx.clock.ns(permits.valid_until()),
+        how: if by_drop { "drop" } else { "unlock" }.into(),
+        lost,
+    });
+    if by_drop {
+        ctx.count("release sem drop");
+        drop(permits);
+    } else {
+        ctx.count("release sem");
+        let result = match permits.release().await {
+            Ok(_) => "ok".to_owned(),
+            Err(e) => format!("err:{e}"),
+        };
+        ctx.log.log(Event::Released {
+            id,
+            t: mono_ns(),
+            result,
+        });
+    }
+}
+
+/// One multi-lock round over both [`PLAIN_NAMES`], listed in a random order: each member is
+/// logged as a call of its own (op `multi`, one holder each, the multi-lock's start and end),
+/// so every rule over single locks covers the members too; then held and released member by
+/// member (or dropped whole).
+async fn multi_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
+    let mut names = PLAIN_NAMES.to_vec();
+    if rng.chance(0.5) {
+        names.reverse();
+    }
+    let members: Vec<(String, Holder, String)> = names
+        .iter()
+        .map(|name| {
+            let holder = client.0.holder();
+            let id = format!(
+                "{}.{}",
+                ctx.proc,
+                ctx.next_call.fetch_add(1, Ordering::SeqCst)
+            );
+            (name.to_string(), holder, id)
+        })
+        .collect();
+    let acq = random_acq(&mut rng, ctx);
+    let t0 = mono_ns();
+    for (name, holder, id) in &members {
+        ctx.log.log(Event::Call {
+            id: id.clone(),
+            proc: ctx.proc.clone(),
+            client: client.1.clone(),
+            name: name.clone(),
+            fair: false,
+            field: format!("{}:{}", client.0.id(), holder.id()),
+            op: "multi".into(),
+            wait_ms: acq.wait_ms(),
+            lease_ms: acq.lease_ms(),
+            t: t0,
+            shared: false,
+            reentrant: false,
+            java: false,
+        });
+    }
+    ctx.count("call multi");
+    let multi = fairlock::MultiLock::new(members.iter().map(|(name, holder, _)| {
+        fairlock::MultiMember::from(client.0.lock(name.as_str()).fenced().with_holder(*holder))
+    }));
+    let run = async {
+        match acq.kind {
+            AcqKind::Lock => multi.lock().await.map(Some),
+            AcqKind::Lease(d) => multi.lock_with_lease(d).await.map(Some),
+            AcqKind::Try(w, d) => multi.try_lock(w, d).await,
+        }
+    }
+    .instrument(tracing::info_span!("torture_call", id = %members[0].2));
+    let result = match acq.cancel_after {
+        Some(d) => tokio::time::timeout(d, run).await.ok(),
+        None => Some(run.await),
+    };
+    let t = mono_ns();
+    let (outcome, guard, detail) = match result {
+        None => (Outcome::Cancelled, None, String::new()),
+        Some(Ok(Some(g))) => (Outcome::Granted, Some(g), String::new()),
+        Some(Ok(None)) => (Outcome::TimedOut, None, String::new()),
+        Some(Err(e)) if e.is_shutdown() => (Outcome::Shutdown, None, String::new()),
+        Some(Err(e)) => {
+            ctx.count(&format!(
+                "error multi {}",
+                e.to_string().chars().take(50).collect::<String>()
+            ));
+            (Outcome::Error, None, format!("{e}"))
+        }
+    };
+    ctx.count(&format!(
+        "outcome multi {}",
+        format!("{outcome:?}").to_lowercase()
+    ));
+    let guards: Vec<Option<LockGuard>> = match guard {
+        Some(g) => {
+            let mut by_name: Vec<Option<LockGuard>> = Vec::new();
+            let mut guards = g.into_guards();
+            for (name, _, _) in &members {
+                let i = guards.iter().position(|g| g.name() == name.as_str());
+                by_name.push(i.map(|i| guards.remove(i)));
+            }
+            by_name
+        }
+        None => members.iter().map(|_| None).collect(),
+    };
+    for ((name, _, id), g) in members.iter().zip(&guards) {
+        if outcome == Outcome::Granted && g.is_none() {
+            ctx.anomaly(format!("call {id}: the multi-guard has no member {name}"));
+        }
+        ctx.log.log(Event::End {
+            id: id.clone(),
+            t,
+            outcome,
+            token: g.as_ref().and_then(|g| g.fencing_token()),
+            vu: g.as_ref().map(|g| ctx.clock.ns(g.valid_until())),
+            detail: detail.clone(),
+        });
+    }
+    if outcome != Outcome::Granted {
+        return;
+    }
+    tokio::time::sleep(rng.ms(0, 25)).await;
+    let by_drop = ctx.has("drop") && rng.chance(0.3);
+    for ((_, _, id), g) in members.iter().zip(guards).rev() {
+        if let Some(g) = g {
+            ctx.release(g, id, by_drop, false).await;
         }
     }
 }

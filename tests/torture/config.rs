@@ -39,7 +39,11 @@ pub fn peer_config() -> PeerConfig {
 }
 
 pub const FAIR_NAMES: [&str; 2] = ["torture-fair-a", "torture-fair-b"];
-pub const PLAIN_NAMES: [&str; 1] = ["torture-plain"];
+/// Non-fair locks; a multi-lock round takes both together (op `multi`).
+pub const PLAIN_NAMES: [&str; 2] = ["torture-plain", "torture-plain-b"];
+/// The permit-expirable semaphore (op `sem`): [`SEM_LIMIT`] permits, set by the parent.
+pub const SEM_NAME: &str = "torture-sem";
+pub const SEM_LIMIT: u64 = 3;
 /// Read-write locks (`Client::read_write_lock`): readers share, a writer excludes everyone. The
 /// second is used only through writer-preferring handles ([`is_preferring_name`]).
 pub const RW_NAMES: [&str; 2] = ["torture-rw", "torture-rw-pref"];
@@ -104,7 +108,7 @@ pub const ALL_FAULTS: [&str; 8] = [
     "restart",
     "proxy",
 ];
-pub const ALL_OPS: [&str; 16] = [
+pub const ALL_OPS: [&str; 18] = [
     "lock",
     "lease",
     "try",
@@ -121,6 +125,8 @@ pub const ALL_OPS: [&str; 16] = [
     "plain",
     "fair",
     "rw",
+    "sem",
+    "multi",
 ];
 
 pub fn selection(var: &str, all: &[&str]) -> HashSet<String> {

@@ -280,6 +280,15 @@ pub fn torture(test: &str, seed: u64) {
     args.extend_from_slice(fairlock_testkit::test_server().kind.debug_command_args());
     let server = RedisServer::start_with(&args);
     let port = server.port();
+    // The semaphore's permits, set before any child starts (a missing key holds none).
+    {
+        let mut admin = crate::faults::admin_conn(port).expect("admin connection");
+        let () = redis::cmd("SET")
+            .arg(SEM_NAME)
+            .arg(SEM_LIMIT)
+            .query(&mut admin)
+            .expect("set the semaphore's permits");
+    }
     let origin = mono_ns();
     let epoch_offset_ms = epoch_ms() as f64 - mono_ns() as f64 / 1e6;
     let spawner = Arc::new(Mutex::new(Spawner {
@@ -480,6 +489,10 @@ pub fn torture(test: &str, seed: u64) {
         shared.fault_counts.lock().unwrap()
     );
     println!("  Redisson-protocol entries given up again at teardown: {java_leftovers}");
+    println!(
+        "  semaphore: {} permit holds checked, at most {} of {SEM_LIMIT} permits trusted at once",
+        stats.permit_holds, stats.permit_peak
+    );
     println!(
         "  checks: {} overlapping hold pairs, {} tokens, {} fifo pairs ({} exempt by faults), \
          {} bounded waits ({} exempt by faults), {} reader/queued-writer pairs ({} exempt by \

@@ -1,6 +1,7 @@
 //! Leftovers, checked against Redis itself at the end of a run rather than over the history
-//! (reported as `[run]` problems): every lock can be taken once more, and then nothing but the
-//! fencing counters is left (no key, no channel, no shard channel).
+//! (reported as `[run]` problems): every lock can be taken once more, every permit of the
+//! semaphore is back, and then nothing but the fencing counters is left (no key, no channel, no
+//! shard channel).
 
 use std::time::{Duration, Instant};
 
@@ -43,6 +44,29 @@ pub async fn leftovers(port: u16) -> Vec<String> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+    // Every permit back once the dead holders' leases ran out (the count call reclaims them),
+    // then the semaphore is deleted so that the key check below sees nothing of it.
+    let sem = c.expirable_semaphore(SEM_NAME);
+    let until = Instant::now() + Duration::from_secs(15);
+    let mut counted = None;
+    loop {
+        let now = (sem.available().await, sem.acquired().await);
+        if let (Ok(available), Ok(acquired)) = &now {
+            counted = Some((*available, *acquired));
+            if *available == SEM_LIMIT as i64 && *acquired == 0 {
+                break;
+            }
+        }
+        if Instant::now() >= until {
+            problems.push(format!(
+                "permits lost: {SEM_NAME} has (available, in use) {counted:?} 15 s after the load \
+                 stopped, not ({SEM_LIMIT}, 0)"
+            ));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = sem.delete().await;
     c.shutdown().await;
     drop(c);
     let mut admin = admin_conn(port).expect("admin connection at teardown");

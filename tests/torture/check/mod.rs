@@ -54,6 +54,9 @@
 //!   granted before that writer, unless a fault or a stall touched the writer's process meanwhile
 //!   (its place may have lapsed); holders shared on purpose, re-entries and downgrades are left
 //!   out (see `writer_preference.rs`).
+//! * **Permits** (`permit-limit`), on the permit-expirable semaphore: the permits of its trusted
+//!   holds (trusted as lock holds are) never add up to more than its limit at any moment. Its
+//!   calls are left out of the rules above (permits have no holder and no order).
 //! * **Anomalies** (`anomaly`): things a process noticed itself (a guard whose owner field is not
 //!   the one computed for the caller, a fenced guard without a token).
 //!
@@ -69,6 +72,7 @@ mod fixtures;
 mod history;
 pub mod leftovers;
 mod mutual_exclusion;
+mod permits;
 mod unlocks;
 mod writer_preference;
 
@@ -82,6 +86,7 @@ use bounded_waits::check_bounded_waits;
 use fencing::check_fencing;
 use fifo::check_fifo;
 use mutual_exclusion::check_mutual_exclusion;
+use permits::check_permits;
 use unlocks::check_unlocks;
 use writer_preference::check_writer_preference;
 
@@ -118,6 +123,9 @@ pub struct CheckStats {
     pub bounded_exempt: usize,
     pub preference_pairs: usize,
     pub preference_exempt: usize,
+    /// Permit holds of the semaphore looked at, and the most permits trusted at once.
+    pub permit_holds: usize,
+    pub permit_peak: u64,
 }
 
 /// Runs every rule. Violations are sorted by rule and capped per rule (`max_per_rule`).
@@ -126,6 +134,7 @@ pub fn check(h: &History, max_per_rule: usize) -> (Vec<Violation>, CheckStats) {
     let mut out = Vec::new();
     let mut push = |vs: Vec<Violation>| out.extend(vs.into_iter().take(max_per_rule));
     push(check_mutual_exclusion(h, &mut stats));
+    push(check_permits(h, &mut stats));
     push(check_fencing(h, &mut stats));
     push(check_fifo(h, &mut stats));
     push(check_bounded_waits(h, &mut stats));

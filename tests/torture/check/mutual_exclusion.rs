@@ -24,6 +24,10 @@ fn conflict(a: &Call, b: &Call) -> bool {
 pub fn check_mutual_exclusion(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
     let mut out = Vec::new();
     for (name, calls) in by_name(h) {
+        if name == crate::config::SEM_NAME {
+            // Permits are checked by count (`permits.rs`).
+            continue;
+        }
         let mut holds: Vec<(u64, u64, &Call)> = calls
             .iter()
             .filter_map(|c| c.granted().map(|(t, _)| (t, h.trusted_end(c), *c)))
