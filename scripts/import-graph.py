@@ -31,6 +31,7 @@ LAYERS = [
     ("root", ["lib.rs"]),
     ("composites", ["redlock.rs"]),
     ("lock", ["lock/"]),
+    ("coord", ["coord/"]),
     ("engine", ["engine/"]),
     ("ops", ["ops/"]),
     ("conn", ["conn/"]),

@@ -125,6 +125,17 @@ pub enum Command {
         /// The lock name
         name: String,
     },
+    /// A semaphore (RSemaphore or RPermitExpirableSemaphore): available permits and, for an
+    /// expirable one, every permit in use with its expiry (read only: nothing is reclaimed)
+    Semaphore {
+        /// The semaphore name (the Redis key of its count)
+        name: String,
+    },
+    /// A count-down latch (RCountDownLatch): its count, or open
+    Latch {
+        /// The latch name (the Redis key of its count)
+        name: String,
+    },
 }
 
 impl Command {
@@ -134,7 +145,9 @@ impl Command {
             Command::Inspect { name, .. }
             | Command::Watch { name, .. }
             | Command::ForceUnlock { name, .. }
-            | Command::PurgeDead { name } => Some(name),
+            | Command::PurgeDead { name }
+            | Command::Semaphore { name }
+            | Command::Latch { name } => Some(name),
             Command::Scan { .. } => None,
         }
     }
@@ -180,6 +193,20 @@ pub fn invalid_name(name: &str, cluster: bool) -> Option<String> {
              slots; a name containing '{{' needs a non-empty hash tag such as {{orders}}:42"
         )),
         Err(problem) => Some(problem.to_string()),
+    }
+}
+
+/// Why a count-down latch's name cannot be used on this deployment (the library's
+/// [`keys::check_latch_name`]), or `None`.
+pub fn invalid_latch_name(name: &str, cluster: bool) -> Option<String> {
+    match keys::check_latch_name(name, cluster) {
+        Ok(()) => None,
+        Err(NameProblem::LatchChannelSlot) => Some(format!(
+            "latch name {name:?} cannot be used on a cluster: Redisson's channel for it, \
+             {}, lands in another slot than the latch",
+            keys::count_down_channel(name)
+        )),
+        Err(_) => invalid_name(name, cluster),
     }
 }
 
@@ -240,5 +267,9 @@ mod tests {
         assert!(invalid_name("x}y", true).is_some());
         assert!(invalid_name("{t}x}y", true).is_none());
         assert!(invalid_name("plain", true).is_none());
+        assert!(invalid_latch_name("{t}latch", false).is_none());
+        assert!(invalid_latch_name("{t}latch", true)
+            .unwrap()
+            .contains("another slot"));
     }
 }

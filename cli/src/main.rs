@@ -16,6 +16,7 @@
 mod admin;
 mod args;
 mod connect;
+mod counters;
 mod error;
 mod glob;
 mod inspect;
@@ -100,7 +101,12 @@ fn usage_error(e: clap::Error) -> ExitCode {
 async fn run(cli: Cli) -> Result<(), Failure> {
     let target = Target::from_args(&cli.conn)?;
     if let Some(name) = cli.command.lock_name() {
-        if let Some(why) = args::invalid_name(name, target.is_cluster()) {
+        let problem = if matches!(cli.command, Command::Latch { .. }) {
+            args::invalid_latch_name(name, target.is_cluster())
+        } else {
+            args::invalid_name(name, target.is_cluster())
+        };
+        if let Some(why) = problem {
             return Err(Failure::Usage(why));
         }
     }
@@ -142,5 +148,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             admin::force_unlock(&mut session, &name, yes, json).await
         }
         Command::PurgeDead { name } => admin::purge_dead(&mut session, &name, json).await,
+        Command::Semaphore { name } => counters::semaphore(&mut session, &name, json).await,
+        Command::Latch { name } => counters::latch(&mut session, &name, json).await,
     }
 }

@@ -1393,3 +1393,97 @@ async fn read_write_locks_in_inspect_scan_watch_and_force_unlock() {
         .expect("our reader learns it lost the lock");
     w.unlock().await.unwrap();
 }
+
+/// `semaphore` and `latch`: a Java-made expirable permit (no lease, never expires), one of ours
+/// with a lease and a plain semaphore's count; a latch closed, then open; typed exits for a
+/// missing semaphore, a key of another type, and a hash-tagged latch name on a cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_and_latches_are_shown_read_only() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut raw = server.conn();
+    let c = Client::connect(&url).await.unwrap();
+    let sem = c.expirable_semaphore("gpus");
+    assert!(sem.try_set_permits(3).await.unwrap());
+    let ours = sem.acquire(1, Some(Duration::from_secs(60))).await.unwrap();
+    // A Redisson permit without a lease: raw 16 bytes, the never-expiring score.
+    let java_id = [0xabu8; 16];
+    let _: () = redis::pipe()
+        .zadd("{gpus}:timeout", &java_id[..], 922_337_203_685_477i64)
+        .decr("gpus", 1)
+        .query(&mut raw)
+        .unwrap();
+    let run = cli(&["--url", &url, "--json", "semaphore", "gpus"]).await;
+    let v = run.ok().json();
+    assert_eq!(v["kind"], "expirable");
+    assert_eq!(v["available"], 1);
+    assert_eq!(v["channel"], "redisson_sc:{gpus}");
+    let permits = v["permits"].as_array().unwrap();
+    assert_eq!(permits.len(), 2);
+    let ids: Vec<&str> = permits.iter().map(|p| p["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&ours.ids()[0].as_str()), "{ids:?}");
+    assert!(ids.contains(&"abababababababababababababababab"), "{ids:?}");
+    let never = permits
+        .iter()
+        .find(|p| p["id"] == "abababababababababababababababab")
+        .unwrap();
+    assert!(never["expires_at_ms"].is_null());
+    assert_eq!(v["expired"], 0);
+    // The table names the same facts, and nothing was written (the count is unchanged).
+    let run = cli(&["--url", &url, "semaphore", "gpus"]).await;
+    let text = &run.ok().stdout;
+    assert!(
+        text.contains("expirable") && text.contains("never (no lease)"),
+        "{text}"
+    );
+    assert_eq!(raw.get::<_, i64>("gpus").unwrap(), 1);
+    ours.release().await.unwrap();
+
+    let plain = c.semaphore("slots");
+    assert!(plain.try_set_permits(2).await.unwrap());
+    let v = cli(&["--url", &url, "--json", "semaphore", "slots"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(
+        (v["kind"].as_str(), v["available"].as_i64()),
+        (Some("semaphore"), Some(2))
+    );
+    let run = cli(&["--url", &url, "semaphore", "nothing"]).await;
+    assert!(run.fails_with(1).contains("no semaphore"));
+    let _: () = raw.hset("a-hash", "f", 1).unwrap();
+    let run = cli(&["--url", &url, "semaphore", "a-hash"]).await;
+    assert!(run.fails_with(1).contains("not a semaphore"));
+
+    let latch = c.count_down_latch("boot");
+    assert!(latch.try_set_count(2).await.unwrap());
+    let v = cli(&["--url", &url, "--json", "latch", "boot"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(
+        (v["kind"].as_str(), v["count"].as_i64()),
+        (Some("latch"), Some(2))
+    );
+    assert_eq!(v["channel"], "redisson_countdownlatch__channel__{boot}");
+    latch.count_down().await.unwrap();
+    latch.count_down().await.unwrap();
+    let v = cli(&["--url", &url, "--json", "latch", "boot"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(
+        (v["kind"].as_str(), v["count"].as_i64()),
+        (Some("open"), Some(0))
+    );
+
+    let cluster = RedisCluster::start();
+    let run = cli(&[
+        "--cluster",
+        &cluster.urls().join(","),
+        "latch",
+        "{user1}:latch",
+    ])
+    .await;
+    assert!(run.fails_with(2).contains("another slot"), "{run:?}");
+}

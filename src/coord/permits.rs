@@ -15,16 +15,16 @@
 //!   gone, two failed renewals in a row, or a lease that ran out without renewal, mark the guard
 //!   lost. Renewal stops when the guard is released or dropped.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::coord::{resend, wait_on, Look};
+use crate::engine::driver::Work;
 use crate::engine::inner::Inner;
-use crate::engine::validity::{validity_deadline, LostReason};
+use crate::engine::permit::PermitLease;
+use crate::engine::validity::LostReason;
 use crate::error::{Error, Result};
 use crate::keys::{self, permit_expiries, semaphore_channel};
 use crate::scripts;
@@ -260,13 +260,24 @@ impl ExpirableSemaphore {
         .await?;
         Ok(taken.map(|(ids, sent)| {
             let lease = Duration::from_millis(lease_ms as u64);
-            let state = Arc::new(PermitLease::new(self.clone(), ids, sent, lease, watchdog));
+            let state = Arc::new(PermitLease::new(
+                self.name.clone(),
+                self.expiries.clone(),
+                ids,
+                sent,
+                lease,
+                watchdog,
+            ));
             if watchdog {
                 self.inner
                     .driver
                     .send(crate::engine::driver::Work::Permits(state.clone()));
             }
-            ExpirablePermits { state, done: false }
+            ExpirablePermits {
+                semaphore: self.clone(),
+                state,
+                done: false,
+            }
         }))
     }
 
@@ -394,12 +405,10 @@ impl Drop for Unsettled<'_> {
     }
 }
 
+/// Releases `ids` from the client's driver (no I/O in `Drop`).
 fn release_in_background(semaphore: ExpirableSemaphore, ids: Vec<[u8; 16]>, what: &'static str) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!(name = %semaphore.name, what, "no runtime to release permits; they come back at their lease");
-        return;
-    };
-    runtime.spawn(async move {
+    let driver = semaphore.inner.driver.clone();
+    driver.send(Work::Finish(Box::pin(async move {
         if let Err(e) = semaphore.release_ids(&ids, Instant::now()).await {
             tracing::warn!(
                 name = %semaphore.name,
@@ -408,107 +417,7 @@ fn release_in_background(semaphore: ExpirableSemaphore, ids: Vec<[u8; 16]>, what
                 "could not release permits; they come back at their lease"
             );
         }
-    });
-}
-
-/// What a guard and the watchdog share about permits in use.
-#[derive(Debug)]
-pub(crate) struct PermitLease {
-    semaphore: ExpirableSemaphore,
-    pub(crate) ids: Vec<[u8; 16]>,
-    lease: Duration,
-    watchdog: bool,
-    valid_until: Mutex<std::time::Instant>,
-    lost: watch::Sender<Option<LostReason>>,
-    failures: AtomicU8,
-    ended: AtomicBool,
-}
-
-impl PermitLease {
-    fn new(
-        semaphore: ExpirableSemaphore,
-        ids: Vec<[u8; 16]>,
-        sent: std::time::Instant,
-        lease: Duration,
-        watchdog: bool,
-    ) -> Self {
-        PermitLease {
-            semaphore,
-            ids,
-            lease,
-            watchdog,
-            valid_until: Mutex::new(validity_deadline(sent, lease)),
-            lost: watch::Sender::new(None),
-            failures: AtomicU8::new(0),
-            ended: AtomicBool::new(false),
-        }
-    }
-
-    /// The expiries key the renewal works on.
-    pub(crate) fn expiries(&self) -> &str {
-        &self.semaphore.expiries
-    }
-
-    /// The watchdog's lease.
-    pub(crate) fn lease(&self) -> Duration {
-        self.lease
-    }
-
-    /// Whether the watchdog should renew it still.
-    pub(crate) fn renewable(&self) -> bool {
-        !self.ended.load(Ordering::SeqCst)
-            && self.lost.borrow().is_none()
-            && std::time::Instant::now() < self.valid_until()
-    }
-
-    fn valid_until(&self) -> std::time::Instant {
-        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A renewal sent at `sent` came back.
-    pub(crate) fn on_renewed(&self, sent: std::time::Instant, result: &Result<bool>) {
-        match result {
-            Ok(true) => {
-                self.failures.store(0, Ordering::SeqCst);
-                let mut until = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
-                *until = (*until).max(validity_deadline(sent, self.lease));
-            }
-            Ok(false) => self.mark_lost(LostReason::Gone),
-            Err(e) => {
-                if self.failures.fetch_add(1, Ordering::SeqCst) + 1 >= 2 {
-                    tracing::warn!(name = %self.semaphore.name, error = %crate::error::chain(e), "permit renewal failed twice");
-                    self.mark_lost(LostReason::RenewalFailed);
-                }
-            }
-        }
-    }
-
-    fn mark_lost(&self, reason: LostReason) {
-        if self.ended.load(Ordering::SeqCst) {
-            return;
-        }
-        self.lost.send_if_modified(|r| {
-            if r.is_none() {
-                tracing::warn!(name = %self.semaphore.name, %reason, "permits lost");
-                *r = Some(reason);
-                true
-            } else {
-                false
-            }
-        });
-    }
-
-    /// Why the permits can no longer be trusted, if so (a lapsed validity included).
-    fn lost_now(&self) -> Option<LostReason> {
-        if let Some(r) = *self.lost.borrow() {
-            return Some(r);
-        }
-        (std::time::Instant::now() >= self.valid_until()).then_some(if self.watchdog {
-            LostReason::ValidityExpired
-        } else {
-            LostReason::LeaseExpired
-        })
-    }
+    })));
 }
 
 /// Permits taken from an [`ExpirableSemaphore`]. Give them back with
@@ -518,6 +427,7 @@ impl PermitLease {
 #[derive(Debug)]
 #[must_use = "dropping the permits releases them at once"]
 pub struct ExpirablePermits {
+    semaphore: ExpirableSemaphore,
     state: Arc<PermitLease>,
     done: bool,
 }
@@ -554,21 +464,7 @@ impl ExpirablePermits {
     /// # Cancel safety
     /// Cancel safe: it only watches.
     pub async fn lost(&self) -> LostReason {
-        let mut rx = self.state.lost.subscribe();
-        loop {
-            if let Some(reason) = self.state.lost_now() {
-                return reason;
-            }
-            let until = self.state.valid_until();
-            tokio::select! {
-                changed = rx.changed() => {
-                    if changed.is_err() {
-                        std::future::pending::<()>().await;
-                    }
-                }
-                _ = tokio::time::sleep_until(until.into()) => {}
-            }
-        }
+        self.state.lost().await
     }
 
     /// Gives the permits back and tells waiters; returns how many were still ours (fewer than
@@ -582,9 +478,9 @@ impl ExpirablePermits {
     /// # Cancel safety
     /// Cancel safe: dropped mid-flight, the release goes on in the background (it is idempotent).
     pub async fn release(mut self) -> Result<usize> {
-        self.state.ended.store(true, Ordering::SeqCst);
+        self.state.end();
         let started = Instant::now();
-        let semaphore = self.state.semaphore.clone();
+        let semaphore = self.semaphore.clone();
         let released = semaphore.release_ids(&self.state.ids, started).await;
         self.done = true;
         let released = released?;
@@ -597,17 +493,17 @@ impl ExpirablePermits {
     /// Keeps the permits taken without renewing them: they come back at their lease unless
     /// released by id ([`ExpirableSemaphore::release_id`], or Java's `release(id)`).
     pub fn forget(mut self) {
-        self.state.ended.store(true, Ordering::SeqCst);
+        self.state.end();
         self.done = true;
     }
 }
 
 impl Drop for ExpirablePermits {
     fn drop(&mut self) {
-        self.state.ended.store(true, Ordering::SeqCst);
+        self.state.end();
         if !self.done {
             release_in_background(
-                self.state.semaphore.clone(),
+                self.semaphore.clone(),
                 self.state.ids.clone(),
                 "dropped permits",
             );

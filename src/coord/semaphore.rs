@@ -9,7 +9,7 @@
 //!   at once, or by a background task when dropped): either its permits come back, or it is
 //!   voided before it ran. A release is resent only with its mark, so it returns its permits once.
 //! * A [`Permits`] guard dropped without [`Permits::release`] or [`Permits::forget`] is released
-//!   by a background task.
+//!   by the client's driver (no I/O in `Drop`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +17,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::coord::{self, call_id, mark_ms, resend, wait_on};
+use crate::engine::driver::Work;
 use crate::engine::inner::Inner;
 use crate::error::{Error, Result};
 use crate::keys::{self, call_mark, semaphore_channel};
@@ -393,12 +394,10 @@ impl Drop for Unsettled<'_> {
         let Some(semaphore) = self.semaphore.take() else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(name = %semaphore.name, "no runtime to settle a dropped semaphore acquire");
-            return;
-        };
+        // No I/O here: the driver runs it.
         let (mark, permits, started) = (self.mark.to_owned(), self.permits, self.started);
-        runtime.spawn(async move {
+        let driver = semaphore.inner.driver.clone();
+        driver.send(Work::Finish(Box::pin(async move {
             if let Err(e) = semaphore.give_back(&mark, permits, started).await {
                 tracing::warn!(
                     name = %semaphore.name,
@@ -406,7 +405,7 @@ impl Drop for Unsettled<'_> {
                     "could not settle a dropped semaphore acquire; if it took permits, they stay taken"
                 );
             }
-        });
+        })));
     }
 }
 
@@ -468,13 +467,11 @@ impl Drop for Permits {
         let Some(mark) = self.mark.take() else {
             return;
         };
+        // No I/O here: the driver runs it.
         let semaphore = self.semaphore.clone();
         let permits = self.permits;
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(name = %semaphore.name, permits, "permits dropped outside a runtime stay taken");
-            return;
-        };
-        runtime.spawn(async move {
+        let driver = semaphore.inner.driver.clone();
+        driver.send(Work::Finish(Box::pin(async move {
             if let Err(e) = semaphore
                 .release_marked(&mark, permits, Instant::now())
                 .await
@@ -485,6 +482,6 @@ impl Drop for Permits {
                     "could not release dropped permits"
                 );
             }
-        });
+        })));
     }
 }

@@ -1,5 +1,6 @@
 //! The engine under the handles: the state a client shares, what it knows about each lock and
-//! owner field (the account and the field's line), releases, validity, and the driver task.
+//! owner field (the account and the field's line), releases, validity, the permits of expirable
+//! semaphores in use (`permit`), and the driver task.
 //! The only layer whose files may import each other in a cycle (docs/ARCHITECTURE.md).
 
 pub(crate) mod driver;
@@ -7,5 +8,6 @@ pub(crate) mod field;
 pub(crate) mod inner;
 pub(crate) mod lane;
 pub(crate) mod lifecycle;
+pub(crate) mod permit;
 pub(crate) mod release;
 pub(crate) mod validity;

@@ -113,7 +113,7 @@ impl Client {
         ReadWriteLock::new(self.inner.clone(), name.into())
     }
 
-    /// A counting semaphore on `name`, in Redisson's `RSemaphore` layout (see [`Semaphore`],
+    /// A counting semaphore on `name`, in Redisson's `RSemaphore` layout (see [`Semaphore`](crate::Semaphore),
     /// which also says why its permits do not survive a crashed holder). No I/O; an invalid name
     /// is reported by the first operation.
     #[must_use = "a semaphore handle does nothing until one of its methods is called"]

@@ -273,7 +273,7 @@ impl Driver {
 /// is already scheduled, and one that is lost or ended is not renewed again).
 fn renew_permits(
     mut conn: Conn,
-    leases: Vec<Arc<crate::coord::permits::PermitLease>>,
+    leases: Vec<Arc<crate::engine::permit::PermitLease>>,
     batch: usize,
 ) {
     tokio::spawn(async move {

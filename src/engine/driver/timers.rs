@@ -13,7 +13,7 @@ pub(super) enum Timer {
     Renew(u64),
     Validity(u64),
     Heartbeat(Weak<WaiterBeat>),
-    Permits(Weak<crate::coord::permits::PermitLease>),
+    Permits(Weak<crate::engine::permit::PermitLease>),
 }
 
 /// The wheel and the clock that drives it: monotonic instants in, ticks out.

@@ -24,7 +24,7 @@ pub(crate) enum Work {
     /// A fair waiter started waiting: heartbeat it while it is alive.
     Waiter(Arc<WaiterBeat>),
     /// Permits of an expirable semaphore taken without a lease: renew them while they live.
-    Permits(Arc<crate::coord::permits::PermitLease>),
+    Permits(Arc<crate::engine::permit::PermitLease>),
     /// A waiting future was dropped while an acquire attempt was in flight: settle its outcome
     /// (release what it took, or leave the queue), with the field's turn the attempt holds.
     Abandoned {

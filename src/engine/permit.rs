@@ -1,0 +1,145 @@
+//! What an expirable semaphore's guard and the client's driver share about permits in use
+//! (`coord/permits.rs` is the public side): their ids, their validity deadline, and why they were
+//! lost. The driver renews a watchdog guard's permits every third of the watchdog timeout
+//! (`engine/driver/mod.rs`) and reports each result here.
+//!
+//! It must never report permits as valid past a deadline no renewal has moved on, nor renew
+//! permits whose guard has ended or was told they are lost.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::engine::validity::{validity_deadline, LostReason};
+use crate::error::Result;
+
+/// Permits in use under one guard.
+#[derive(Debug)]
+pub(crate) struct PermitLease {
+    name: Arc<str>,
+    expiries: Arc<str>,
+    pub(crate) ids: Vec<[u8; 16]>,
+    lease: Duration,
+    watchdog: bool,
+    valid_until: Mutex<Instant>,
+    lost: watch::Sender<Option<LostReason>>,
+    failures: AtomicU8,
+    ended: AtomicBool,
+}
+
+impl PermitLease {
+    /// Permits `ids` of semaphore `name` (expiries in `expiries`), granted by a call sent at
+    /// `sent` with `lease`; `watchdog`: renewed by the driver.
+    pub(crate) fn new(
+        name: Arc<str>,
+        expiries: Arc<str>,
+        ids: Vec<[u8; 16]>,
+        sent: Instant,
+        lease: Duration,
+        watchdog: bool,
+    ) -> Self {
+        PermitLease {
+            name,
+            expiries,
+            ids,
+            lease,
+            watchdog,
+            valid_until: Mutex::new(validity_deadline(sent, lease)),
+            lost: watch::Sender::new(None),
+            failures: AtomicU8::new(0),
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    /// The expiries key the renewal works on.
+    pub(crate) fn expiries(&self) -> &str {
+        &self.expiries
+    }
+
+    /// The lease each renewal gives.
+    pub(crate) fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The guard released, forgot or dropped its permits: no more renewals, no more loss.
+    pub(crate) fn end(&self) {
+        self.ended.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the driver should renew it still.
+    pub(crate) fn renewable(&self) -> bool {
+        !self.ended.load(Ordering::SeqCst)
+            && self.lost.borrow().is_none()
+            && Instant::now() < self.valid_until()
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A renewal sent at `sent` came back with `result`.
+    pub(crate) fn on_renewed(&self, sent: Instant, result: &Result<bool>) {
+        match result {
+            Ok(true) => {
+                self.failures.store(0, Ordering::SeqCst);
+                let mut until = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
+                *until = (*until).max(validity_deadline(sent, self.lease));
+            }
+            Ok(false) => self.mark_lost(LostReason::Gone),
+            Err(e) => {
+                if self.failures.fetch_add(1, Ordering::SeqCst) + 1 >= 2 {
+                    tracing::warn!(name = %self.name, error = %crate::error::chain(e), "permit renewal failed twice");
+                    self.mark_lost(LostReason::RenewalFailed);
+                }
+            }
+        }
+    }
+
+    fn mark_lost(&self, reason: LostReason) {
+        if self.ended.load(Ordering::SeqCst) {
+            return;
+        }
+        self.lost.send_if_modified(|r| {
+            if r.is_none() {
+                tracing::warn!(name = %self.name, %reason, "permits lost");
+                *r = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Why the permits can no longer be trusted, if so (a lapsed validity included).
+    pub(crate) fn lost_now(&self) -> Option<LostReason> {
+        if let Some(r) = *self.lost.borrow() {
+            return Some(r);
+        }
+        (Instant::now() >= self.valid_until()).then_some(if self.watchdog {
+            LostReason::ValidityExpired
+        } else {
+            LostReason::LeaseExpired
+        })
+    }
+
+    /// Resolves when the permits can no longer be trusted (see [`lost_now`](Self::lost_now)).
+    pub(crate) async fn lost(&self) -> LostReason {
+        let mut rx = self.lost.subscribe();
+        loop {
+            if let Some(reason) = self.lost_now() {
+                return reason;
+            }
+            let until = self.valid_until();
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                _ = tokio::time::sleep_until(until.into()) => {}
+            }
+        }
+    }
+}
