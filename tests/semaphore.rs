@@ -708,3 +708,51 @@ async fn a_killed_holders_expirable_permit_comes_back_at_its_lease() {
     assert!(took < Duration::from_secs(4), "{took:?}");
     p.release().await.unwrap();
 }
+
+/// `Client::shutdown` gives expirable permits back and tells their guards (`Shutdown`), as it
+/// does for locks; waiting semaphore and latch calls end with `Error::Shutdown`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_gives_permits_back_and_ends_waiting_calls() {
+    let server = RedisServer::start();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let other = Client::connect(&server.url()).await.unwrap();
+    let sem = c.expirable_semaphore("pes:shutdown");
+    assert!(sem.try_set_permits(2).await.unwrap());
+    let held = sem.acquire(2, None).await.unwrap();
+    let s = sem.clone();
+    let waiting = tokio::spawn(async move { s.acquire(1, None).await });
+    let latch = c.count_down_latch("latch:shutdown");
+    assert!(latch.try_set_count(1).await.unwrap());
+    let l = latch.clone();
+    let latch_waiting = tokio::spawn(async move { l.wait().await });
+    tokio::task::yield_now().await;
+    c.shutdown().await;
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(5), held.lost())
+            .await
+            .unwrap(),
+        fairlock::LostReason::Shutdown
+    );
+    assert!(tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err()
+        .is_shutdown());
+    assert!(tokio::time::timeout(Duration::from_secs(5), latch_waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err()
+        .is_shutdown());
+    assert_eq!(
+        other
+            .expirable_semaphore("pes:shutdown")
+            .available()
+            .await
+            .unwrap(),
+        2,
+        "given back at shutdown, not at the lease"
+    );
+    assert_eq!(held.release().await.unwrap(), 0);
+}

@@ -263,11 +263,13 @@ impl ExpirableSemaphore {
             let state = Arc::new(PermitLease::new(
                 self.name.clone(),
                 self.expiries.clone(),
+                self.channel.clone(),
                 ids,
                 sent,
                 lease,
                 watchdog,
             ));
+            self.inner.permits_taken(&state);
             if watchdog {
                 self.inner
                     .driver

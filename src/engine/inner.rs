@@ -33,6 +33,9 @@ pub(crate) struct Inner {
     last_field: std::sync::Mutex<Option<(i64, Arc<str>)>>,
     /// Idle call holders by lock name (see [`reuse_holder`](Self::reuse_holder)).
     idle_holders: std::sync::Mutex<IdleHolders>,
+    /// Expirable-semaphore permits in use under this client, for shutdown (ended entries are
+    /// dropped as new ones come).
+    permits: std::sync::Mutex<Vec<std::sync::Weak<crate::engine::permit::PermitLease>>>,
 }
 
 /// Holder ids of ended calls that left nothing behind, by lock name, newest last.
@@ -67,6 +70,7 @@ impl Inner {
             closed: watch::Sender::new(false),
             last_field: std::sync::Mutex::new(None),
             idle_holders: std::sync::Mutex::new(IdleHolders::default()),
+            permits: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -111,6 +115,24 @@ impl Inner {
         }
         ids.push(id);
         idle.total += 1;
+    }
+
+    /// Permits were taken under this client (see `lifecycle::shutdown`).
+    pub(crate) fn permits_taken(&self, lease: &Arc<crate::engine::permit::PermitLease>) {
+        let mut all = self.permits.lock().unwrap_or_else(|p| p.into_inner());
+        if all.len() >= 64 && all.len().is_power_of_two() {
+            all.retain(|w| w.upgrade().is_some_and(|l| !l.is_ended()));
+        }
+        all.push(Arc::downgrade(lease));
+    }
+
+    /// Every expirable-semaphore permit guard of this client still in use.
+    pub(crate) fn permits_in_use(&self) -> Vec<Arc<crate::engine::permit::PermitLease>> {
+        let all = self.permits.lock().unwrap_or_else(|p| p.into_inner());
+        all.iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter(|l| !l.is_ended())
+            .collect()
     }
 
     pub(crate) fn check_open(&self) -> Result<()> {

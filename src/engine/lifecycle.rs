@@ -67,6 +67,12 @@ pub(crate) async fn shutdown(inner: &Inner) {
         }
     }))
     .await;
+    // Expirable-semaphore permits: lost to their guards, given back (each one send, bounded).
+    join_all(inner.permits_in_use().into_iter().map(|lease| async move {
+        let mut conn = inner.conn.clone();
+        let _ = tokio::time::timeout(bound, lease.shut_down(&mut conn)).await;
+    }))
+    .await;
     let (tx, rx) = oneshot::channel();
     inner.driver.send(Work::Shutdown(tx));
     let _ = rx.await;

@@ -20,6 +20,7 @@ use crate::error::Result;
 pub(crate) struct PermitLease {
     name: Arc<str>,
     expiries: Arc<str>,
+    channel: Arc<str>,
     pub(crate) ids: Vec<[u8; 16]>,
     lease: Duration,
     watchdog: bool,
@@ -35,6 +36,7 @@ impl PermitLease {
     pub(crate) fn new(
         name: Arc<str>,
         expiries: Arc<str>,
+        channel: Arc<str>,
         ids: Vec<[u8; 16]>,
         sent: Instant,
         lease: Duration,
@@ -43,6 +45,7 @@ impl PermitLease {
         PermitLease {
             name,
             expiries,
+            channel,
             ids,
             lease,
             watchdog,
@@ -66,6 +69,11 @@ impl PermitLease {
     /// The guard released, forgot or dropped its permits: no more renewals, no more loss.
     pub(crate) fn end(&self) {
         self.ended.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether its guard released, forgot or dropped it.
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::SeqCst)
     }
 
     /// Whether the driver should renew it still.
@@ -94,6 +102,25 @@ impl PermitLease {
                     self.mark_lost(LostReason::RenewalFailed);
                 }
             }
+        }
+    }
+
+    /// The client shuts down: the permits are lost to their guard and given back (one send,
+    /// bounded by the command timeout; if it fails they come back at their lease).
+    pub(crate) async fn shut_down(&self, conn: &mut crate::conn::Conn) {
+        if self.ended.load(Ordering::SeqCst) {
+            return;
+        }
+        self.mark_lost(LostReason::Shutdown);
+        self.end();
+        let publish = conn.publish_command();
+        let mut call = crate::scripts::PERMIT_RELEASE.key(&*self.name);
+        call.key(&*self.expiries).arg(publish).arg(&*self.channel);
+        for id in &self.ids {
+            call.arg(&id[..]);
+        }
+        if let Err(e) = call.invoke_async::<i64>(conn).await {
+            tracing::warn!(name = %self.name, error = %e, "shutdown: permits not released; they come back at their lease");
         }
     }
 
