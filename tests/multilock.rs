@@ -192,16 +192,21 @@ async fn overlapping_multi_locks_in_any_order_never_deadlock() {
 /// A Redisson `MultiLock` listing two names in one order and ours listing them in the other,
 /// each taking and releasing them again and again at once: both finish (Redisson backs off
 /// when it cannot get a member; ours waits in its fixed order), and whenever our guard is held
-/// no member has a Java owner.
+/// no member has a Java owner. Each time both hold one member, the wait ends when Redisson's
+/// wait for its second member (1.5 s per member) runs out: slow, never stuck.
 async fn redisson_and_ours_overlap(peer: Arc<JavaPeer>, c: &Client, a: &str, b: &str) {
-    const ROUNDS: usize = 8;
+    const ROUNDS: usize = 3;
     let java = {
         let peer = peer.clone();
         let lock = format!("multi lock plain 1 -1 {b} {a}");
         let request = format!("plain 1 {b} {a}");
         tokio::spawn(async move {
             for _ in 0..ROUNDS {
-                peer.call(&lock).await.ok("java multi lock");
+                // Each conflict costs Redisson one wait (1.5 s per member) before it backs off.
+                peer.send(&lock)
+                    .wait(Duration::from_secs(60))
+                    .await
+                    .ok("java multi lock");
                 peer.call(&format!("multi unlock {request}"))
                     .await
                     .ok("java multi unlock");
@@ -211,7 +216,7 @@ async fn redisson_and_ours_overlap(peer: Arc<JavaPeer>, c: &Client, a: &str, b: 
     let java_prefix = format!("{}:", peer.uuid());
     let multi = MultiLock::new([c.lock(a).into(), c.lock(b).into()]);
     for _ in 0..ROUNDS {
-        let guard = tokio::time::timeout(Duration::from_secs(30), multi.lock())
+        let guard = tokio::time::timeout(Duration::from_secs(60), multi.lock())
             .await
             .expect("our multi-lock is never stuck behind Redisson's")
             .unwrap();
@@ -224,7 +229,7 @@ async fn redisson_and_ours_overlap(peer: Arc<JavaPeer>, c: &Client, a: &str, b: 
         }
         guard.unlock().await.unwrap();
     }
-    tokio::time::timeout(Duration::from_secs(60), java)
+    tokio::time::timeout(Duration::from_secs(120), java)
         .await
         .expect("Redisson's multi-lock finished its rounds")
         .unwrap();
