@@ -21,7 +21,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::coord::{resend, wait_on, Look};
-use crate::engine::driver::Work;
 use crate::engine::inner::Inner;
 use crate::engine::permit::PermitLease;
 use crate::engine::validity::LostReason;
@@ -409,8 +408,8 @@ impl Drop for Unsettled<'_> {
 
 /// Releases `ids` from the client's driver (no I/O in `Drop`).
 fn release_in_background(semaphore: ExpirableSemaphore, ids: Vec<[u8; 16]>, what: &'static str) {
-    let driver = semaphore.inner.driver.clone();
-    driver.send(Work::Finish(Box::pin(async move {
+    let inner = semaphore.inner.clone();
+    inner.in_background(async move {
         if let Err(e) = semaphore.release_ids(&ids, Instant::now()).await {
             tracing::warn!(
                 name = %semaphore.name,
@@ -419,7 +418,7 @@ fn release_in_background(semaphore: ExpirableSemaphore, ids: Vec<[u8; 16]>, what
                 "could not release permits; they come back at their lease"
             );
         }
-    })));
+    });
 }
 
 /// Permits taken from an [`ExpirableSemaphore`]. Give them back with

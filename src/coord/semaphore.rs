@@ -17,7 +17,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::coord::{self, call_id, mark_ms, resend, wait_on};
-use crate::engine::driver::Work;
 use crate::engine::inner::Inner;
 use crate::error::{Error, Result};
 use crate::keys::{self, call_mark, semaphore_channel};
@@ -396,8 +395,8 @@ impl Drop for Unsettled<'_> {
         };
         // No I/O here: the driver runs it.
         let (mark, permits, started) = (self.mark.to_owned(), self.permits, self.started);
-        let driver = semaphore.inner.driver.clone();
-        driver.send(Work::Finish(Box::pin(async move {
+        let inner = semaphore.inner.clone();
+        inner.in_background(async move {
             if let Err(e) = semaphore.give_back(&mark, permits, started).await {
                 tracing::warn!(
                     name = %semaphore.name,
@@ -405,7 +404,7 @@ impl Drop for Unsettled<'_> {
                     "could not settle a dropped semaphore acquire; if it took permits, they stay taken"
                 );
             }
-        })));
+        });
     }
 }
 
@@ -470,8 +469,8 @@ impl Drop for Permits {
         // No I/O here: the driver runs it.
         let semaphore = self.semaphore.clone();
         let permits = self.permits;
-        let driver = semaphore.inner.driver.clone();
-        driver.send(Work::Finish(Box::pin(async move {
+        let inner = semaphore.inner.clone();
+        inner.in_background(async move {
             if let Err(e) = semaphore
                 .release_marked(&mark, permits, Instant::now())
                 .await
@@ -482,6 +481,6 @@ impl Drop for Permits {
                     "could not release dropped permits"
                 );
             }
-        })));
+        });
     }
 }

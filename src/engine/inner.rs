@@ -36,6 +36,32 @@ pub(crate) struct Inner {
     /// Expirable-semaphore permits in use under this client, for shutdown (ended entries are
     /// dropped as new ones come).
     permits: std::sync::Mutex<Vec<std::sync::Weak<crate::engine::permit::PermitLease>>>,
+    /// Background work of semaphores and latches not finished yet (settling dropped acquires,
+    /// releasing dropped permits), which `shutdown` waits for.
+    background: Arc<Background>,
+}
+
+/// A count of background work, and a wake-up when it drops to zero.
+#[derive(Debug, Default)]
+struct Background {
+    running: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+/// Counts one piece of background work for as long as it lives (done or dropped).
+struct Running(Arc<Background>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self
+            .0
+            .running
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+            == 1
+        {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 /// Holder ids of ended calls that left nothing behind, by lock name, newest last.
@@ -71,6 +97,7 @@ impl Inner {
             last_field: std::sync::Mutex::new(None),
             idle_holders: std::sync::Mutex::new(IdleHolders::default()),
             permits: std::sync::Mutex::new(Vec::new()),
+            background: Arc::default(),
         }
     }
 
@@ -115,6 +142,41 @@ impl Inner {
         }
         ids.push(id);
         idle.total += 1;
+    }
+
+    /// Runs `work` on the driver (no I/O in `Drop`), counted until it is done so that `shutdown`
+    /// can wait for it.
+    pub(crate) fn in_background(
+        &self,
+        work: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        self.background
+            .running
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let running = Running(self.background.clone());
+        self.driver
+            .send(crate::engine::driver::Work::Finish(Box::pin(async move {
+                work.await;
+                drop(running);
+            })));
+    }
+
+    /// Resolves once no background work of [`in_background`](Self::in_background) is left.
+    pub(crate) async fn background_done(&self) {
+        loop {
+            let idle = self.background.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self
+                .background
+                .running
+                .load(std::sync::atomic::Ordering::SeqCst)
+                == 0
+            {
+                return;
+            }
+            idle.await;
+        }
     }
 
     /// Permits were taken under this client (see `lifecycle::shutdown`).

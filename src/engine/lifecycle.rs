@@ -73,6 +73,16 @@ pub(crate) async fn shutdown(inner: &Inner) {
         let _ = tokio::time::timeout(bound, lease.shut_down(&mut conn)).await;
     }))
     .await;
+    // Semaphore work handed to the background (dropped permits, settling dropped acquires):
+    // a plain semaphore's permits not given back now never come back, so wait for it, within
+    // its resend window and one more command timeout.
+    let window = crate::coord::settle_window(inner) + bound;
+    if tokio::time::timeout(window, inner.background_done())
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown: semaphore releases still running in the background");
+    }
     let (tx, rx) = oneshot::channel();
     inner.driver.send(Work::Shutdown(tx));
     let _ = rx.await;

@@ -184,7 +184,13 @@ impl Client {
 
     /// Shuts the client down: every pending lock call returns [`Error::Shutdown`](crate::Error::Shutdown) (leaving its
     /// queue), every held lock is released and its guards' [`lost`](crate::LockGuard::lost)
-    /// resolve with [`LostReason::Shutdown`](crate::LostReason::Shutdown), and the background tasks stop. A grant that
+    /// resolve with [`LostReason::Shutdown`](crate::LostReason::Shutdown), and the background tasks stop. The same for
+    /// [`ExpirableSemaphore`](crate::ExpirableSemaphore) permits (given back, their guards told);
+    /// waiting semaphore and latch calls return [`Error::Shutdown`](crate::Error::Shutdown) too.
+    /// Permits of a plain [`Semaphore`](crate::Semaphore) are given back when their guards are
+    /// dropped or released; shutdown waits for such releases (and for settling semaphore
+    /// acquires whose futures were dropped) that are still running, for at most their resend
+    /// window (half of a call mark's life, PROTOCOL 11) and one command timeout. A grant that
     /// arrives for a call still in flight is given back at once, and that call returns
     /// [`Error::Shutdown`](crate::Error::Shutdown) too. Later calls return [`Error::Shutdown`](crate::Error::Shutdown). Calling it again does
     /// nothing.
@@ -192,7 +198,9 @@ impl Client {
     /// Bounded: it waits at most one command timeout for each lock's pending operation (all
     /// locks at once), then sends the releases, each retried for up to three command timeouts
     /// (plus its last send's own timeout) while Redis does not answer; so it returns within about
-    /// five command timeouts (15 s with the default 3 s) even while Redis is down. A lock call whose future is alive
+    /// five command timeouts (15 s with the default 3 s) even while Redis is down, plus, while
+    /// semaphore work is still running in the background, up to its window (above: 9 s more with
+    /// the defaults). A lock call whose future is alive
     /// but no longer polled (a pinned `lock()` in a `select!` that moved on) does not hold it
     /// up: that call's hold, if any, is given back when the call is polled or dropped, or else
     /// expires with its lease. Waiting fair calls leave the queue even when they are dropped

@@ -542,7 +542,8 @@ pub async fn task_loop(ctx: Arc<ChildCtx>, task_no: usize, seed: u64, shared_hol
         }
         let client = ctx.current().await;
         if ctx.has("sem") && rng.chance(0.15) {
-            sem_round(&ctx, Rng::new(rng.next()), &client).await;
+            let plain = rng.chance(0.5);
+            sem_round(&ctx, Rng::new(rng.next()), &client, plain).await;
             continue;
         }
         if ctx.has("multi") && ctx.has("plain") && rng.chance(0.1) {
@@ -689,13 +690,58 @@ async fn one_round(
     }
 }
 
-/// One round on the permit-expirable semaphore: take one or two permits (watchdog or a fixed
+/// Permits of either semaphore, as a round holds them.
+enum Taken {
+    Plain(fairlock::Permits),
+    Expirable(fairlock::ExpirablePermits),
+}
+
+impl Taken {
+    fn count(&self) -> usize {
+        match self {
+            Taken::Plain(p) => p.count() as usize,
+            Taken::Expirable(p) => p.count(),
+        }
+    }
+
+    /// The validity deadline (mono ns); a plain semaphore's permits never expire.
+    fn vu(&self, clock: &InstantClock) -> u64 {
+        match self {
+            Taken::Plain(_) => u64::MAX,
+            Taken::Expirable(p) => clock.ns(p.valid_until()),
+        }
+    }
+
+    async fn lost(&self) -> fairlock::LostReason {
+        match self {
+            Taken::Plain(_) => std::future::pending().await,
+            Taken::Expirable(p) => p.lost().await,
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        matches!(self, Taken::Expirable(p) if p.is_lost())
+    }
+
+    async fn release(self) -> fairlock::Result<()> {
+        match self {
+            Taken::Plain(p) => p.release().await.map(drop),
+            Taken::Expirable(p) => p.release().await.map(drop),
+        }
+    }
+}
+
+/// One round on a semaphore: the permit-expirable one ([`SEM_NAME`]) or the plain one
+/// ([`SEM_PLAIN_NAME`]). Take one or two permits (for the expirable one: the watchdog or a fixed
 /// lease; `acquire` in a `timeout()`, or `try_acquire`), hold them, release or drop them. Logged
-/// as a call on [`SEM_NAME`] with op `sem<n>` and a field of its own (permits have no holder);
-/// the checker sums the permits of overlapping trusted holds (`permit-limit`).
-async fn sem_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
+/// as a call on the semaphore's name with op `sem<n>` and a field of its own (permits have no
+/// holder); the checker sums the permits of overlapping trusted holds (`permit-limit`), and the
+/// parent checks at the end that every permit came back (the plain one: all but those a killed
+/// process may have held).
+async fn sem_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String), plain: bool) {
+    let name = if plain { SEM_PLAIN_NAME } else { SEM_NAME };
     let n = 1 + rng.below(2) as u32;
-    let lease = (!rng.chance(0.5)).then(|| rng.ms(60, 1200));
+    let lease = (!plain && !rng.chance(0.5)).then(|| rng.ms(60, 1200));
     let wait = (!rng.chance(0.3)).then(|| rng.ms(0, 400));
     let cancel_after = match wait {
         None => Some(if ctx.has("cancel") && rng.chance(0.25) {
@@ -715,7 +761,7 @@ async fn sem_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
         id: id.clone(),
         proc: ctx.proc.clone(),
         client: client.1.clone(),
-        name: SEM_NAME.to_owned(),
+        name: name.to_owned(),
         fair: false,
         field: format!("{}:sem:{id}", client.0.id()),
         op: format!("sem{n}"),
@@ -726,12 +772,27 @@ async fn sem_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
         reentrant: false,
         java: false,
     });
-    ctx.count("call sem");
-    let sem = client.0.expirable_semaphore(SEM_NAME);
+    let kind = if plain { "sem plain" } else { "sem" };
+    ctx.count(&format!("call {kind}"));
     let run = async {
-        match wait {
-            None => sem.acquire(n, lease).await.map(Some),
-            Some(w) => sem.try_acquire(n, w, lease).await,
+        if plain {
+            let sem = client.0.semaphore(name);
+            match wait {
+                None => sem.acquire(n).await.map(|p| Some(Taken::Plain(p))),
+                Some(w) => sem.try_acquire(n, w).await.map(|p| p.map(Taken::Plain)),
+            }
+        } else {
+            let sem = client.0.expirable_semaphore(name);
+            match wait {
+                None => sem
+                    .acquire(n, lease)
+                    .await
+                    .map(|p| Some(Taken::Expirable(p))),
+                Some(w) => sem
+                    .try_acquire(n, w, lease)
+                    .await
+                    .map(|p| p.map(Taken::Expirable)),
+            }
         }
     }
     .instrument(tracing::info_span!("torture_call", id = %id));
@@ -747,14 +808,14 @@ async fn sem_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
         Some(Err(e)) if e.is_shutdown() => (Outcome::Shutdown, None, String::new()),
         Some(Err(e)) => {
             ctx.count(&format!(
-                "error sem {}",
+                "error {kind} {}",
                 e.to_string().chars().take(50).collect::<String>()
             ));
             (Outcome::Error, None, format!("{e}"))
         }
     };
     ctx.count(&format!(
-        "outcome sem {}",
+        "outcome {kind} {}",
         format!("{outcome:?}").to_lowercase()
     ));
     ctx.log.log(Event::End {
@@ -762,7 +823,7 @@ async fn sem_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
         t,
         outcome,
         token: None,
-        vu: permits.as_ref().map(|p| ctx.clock.ns(p.valid_until())),
+        vu: permits.as_ref().map(|p| p.vu(&ctx.clock)),
         detail,
     });
     let Some(permits) = permits else {
@@ -784,7 +845,7 @@ async fn sem_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
         _ = tokio::time::sleep(hold_for) => {}
         reason = permits.lost() => {
             ctx.log.log(Event::Lost { id: id.clone(), t: mono_ns(), reason: format!("{reason:?}") });
-            ctx.count("lost sem");
+            ctx.count(&format!("lost {kind}"));
             lost_logged = true;
             tokio::time::sleep(hold_for / 4).await;
         }
@@ -801,17 +862,17 @@ async fn sem_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
     ctx.log.log(Event::Release {
         id: id.clone(),
         t: mono_ns(),
-        vu: ctx.clock.ns(permits.valid_until()),
+        vu: permits.vu(&ctx.clock),
         how: if by_drop { "drop" } else { "unlock" }.into(),
         lost,
     });
     if by_drop {
-        ctx.count("release sem drop");
+        ctx.count(&format!("release {kind} drop"));
         drop(permits);
     } else {
-        ctx.count("release sem");
+        ctx.count(&format!("release {kind}"));
         let result = match permits.release().await {
-            Ok(_) => "ok".to_owned(),
+            Ok(()) => "ok".to_owned(),
             Err(e) => format!("err:{e}"),
         };
         ctx.log.log(Event::Released {

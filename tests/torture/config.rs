@@ -43,7 +43,15 @@ pub const FAIR_NAMES: [&str; 2] = ["torture-fair-a", "torture-fair-b"];
 pub const PLAIN_NAMES: [&str; 2] = ["torture-plain", "torture-plain-b"];
 /// The permit-expirable semaphore (op `sem`): [`SEM_LIMIT`] permits, set by the parent.
 pub const SEM_NAME: &str = "torture-sem";
+/// The plain semaphore (op `sem` too), [`SEM_LIMIT`] permits: a killed holder's are never
+/// returned, which the parent's final count allows for.
+pub const SEM_PLAIN_NAME: &str = "torture-sem-plain";
 pub const SEM_LIMIT: u64 = 3;
+
+/// Whether `name` is one of the semaphores.
+pub fn is_sem_name(name: &str) -> bool {
+    name == SEM_NAME || name == SEM_PLAIN_NAME
+}
 /// Read-write locks (`Client::read_write_lock`): readers share, a writer excludes everyone. The
 /// second is used only through writer-preferring handles ([`is_preferring_name`]).
 pub const RW_NAMES: [&str; 2] = ["torture-rw", "torture-rw-pref"];

@@ -283,11 +283,13 @@ pub fn torture(test: &str, seed: u64) {
     // The semaphore's permits, set before any child starts (a missing key holds none).
     {
         let mut admin = crate::faults::admin_conn(port).expect("admin connection");
-        let () = redis::cmd("SET")
-            .arg(SEM_NAME)
-            .arg(SEM_LIMIT)
-            .query(&mut admin)
-            .expect("set the semaphore's permits");
+        for name in [SEM_NAME, SEM_PLAIN_NAME] {
+            let () = redis::cmd("SET")
+                .arg(name)
+                .arg(SEM_LIMIT)
+                .query(&mut admin)
+                .expect("set the semaphore's permits");
+        }
     }
     let origin = mono_ns();
     let epoch_offset_ms = epoch_ms() as f64 - mono_ns() as f64 / 1e6;
@@ -448,7 +450,8 @@ pub fn torture(test: &str, seed: u64) {
     drop(peer);
     monitor_stop.store(true, Ordering::SeqCst);
     let _ = rt.block_on(monitor_task);
-    problems.extend(rt.block_on(leftovers(port)));
+    let (left, plain_count) = rt.block_on(leftovers(port));
+    problems.extend(left);
 
     // The history.
     let mut h = History::new(params(epoch_offset_ms), origin);
@@ -468,6 +471,19 @@ pub fn torture(test: &str, seed: u64) {
     h.frozen = shared.frozen.lock().unwrap().clone();
     h.exited = shared.exited.lock().unwrap().clone();
     let (violations, stats) = check::check(&h, 5);
+    // The plain semaphore's count: every permit back, but for those killed processes may have
+    // taken with them.
+    let (lost_certain, lost_possible) = check::plain_permits_lost(&h);
+    let expected_hi = SEM_LIMIT as i64 - lost_certain as i64;
+    let expected_lo = expected_hi - lost_possible as i64;
+    match plain_count {
+        Some(n) if (expected_lo..=expected_hi).contains(&n) => {}
+        other => problems.push(format!(
+            "permits lost: {SEM_PLAIN_NAME} ends with {other:?} available, expected \
+             {expected_lo}..={expected_hi} ({lost_certain} certainly and {lost_possible} \
+             possibly held by killed processes)"
+        )),
+    }
 
     // Summary.
     let java_n = h.calls.iter().filter(|c| c.java).count();
@@ -490,7 +506,9 @@ pub fn torture(test: &str, seed: u64) {
     );
     println!("  Redisson-protocol entries given up again at teardown: {java_leftovers}");
     println!(
-        "  semaphore: {} permit holds checked, at most {} of {SEM_LIMIT} permits trusted at once",
+        "  semaphores: {} permit holds checked, at most {} of {SEM_LIMIT} permits trusted at once; \
+         the plain one ended with {plain_count:?} available ({lost_certain} certainly, \
+         {lost_possible} possibly taken by killed processes)",
         stats.permit_holds, stats.permit_peak
     );
     println!(

@@ -11,7 +11,7 @@ use crate::faults::admin_conn;
 
 /// Takes every lock once more with a fresh client (after the liveness window, so dead waiters
 /// get purged), then waits until nothing but the fencing counters is left in Redis.
-pub async fn leftovers(port: u16) -> Vec<String> {
+pub async fn leftovers(port: u16) -> (Vec<String>, Option<i64>) {
     let mut problems = Vec::new();
     let url = format!("redis://127.0.0.1:{port}");
     let c = build_client(&url).await;
@@ -67,6 +67,11 @@ pub async fn leftovers(port: u16) -> Vec<String> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let _ = sem.delete().await;
+    // The plain semaphore: its count is read here and judged against the history by the
+    // parent (killed holders' permits never come back); then it goes too.
+    let plain = c.semaphore(SEM_PLAIN_NAME);
+    let plain_count = plain.available().await.ok();
+    let _ = plain.delete().await;
     c.shutdown().await;
     drop(c);
     let mut admin = admin_conn(port).expect("admin connection at teardown");
@@ -110,5 +115,5 @@ pub async fn leftovers(port: u16) -> Vec<String> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    problems
+    (problems, plain_count)
 }

@@ -87,6 +87,7 @@ use fencing::check_fencing;
 use fifo::check_fifo;
 use mutual_exclusion::check_mutual_exclusion;
 use permits::check_permits;
+pub use permits::plain_permits_lost;
 use unlocks::check_unlocks;
 use writer_preference::check_writer_preference;
 

@@ -24,7 +24,7 @@ fn conflict(a: &Call, b: &Call) -> bool {
 pub fn check_mutual_exclusion(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
     let mut out = Vec::new();
     for (name, calls) in by_name(h) {
-        if name == crate::config::SEM_NAME {
+        if crate::config::is_sem_name(name) {
             // Permits are checked by count (`permits.rs`).
             continue;
         }

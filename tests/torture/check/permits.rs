@@ -1,12 +1,16 @@
-//! Permits (`permit-limit`), on the permit-expirable semaphore ([`SEM_NAME`]): at no moment do
-//! the trusted holds of its permits add up to more than [`SEM_LIMIT`]. A permit hold is trusted
-//! as a lock hold is (`History::trusted_end`): from its acquire's return until its release
-//! started, its validity ran out (nobody can reclaim a permit before its expiry, which is at
-//! least that late), its `lost()` fired, its client shut down or its process froze. The permits
-//! of one call are its op's number (`sem1`, `sem2`).
+//! Permits (`permit-limit`), on each semaphore ([`SEM_NAME`], expirable, and [`SEM_PLAIN_NAME`]):
+//! at no moment do the trusted holds of its permits add up to more than [`SEM_LIMIT`]. A permit
+//! hold is trusted as a lock hold is (`History::trusted_end`): from its acquire's return until its
+//! release started, its validity ran out (nobody can reclaim an expirable permit before its
+//! expiry, which is at least that late; a plain one never expires), its `lost()` fired, its client
+//! shut down or its process froze. The permits of one call are its op's number (`sem1`, `sem2`).
+//!
+//! [`plain_permits_lost`] bounds how many permits of the plain semaphore killed processes may
+//! have taken with them, for the parent's final count.
 
 use super::{by_name, Call, CheckStats, History, Violation};
-use crate::config::{SEM_LIMIT, SEM_NAME};
+use crate::config::{SEM_LIMIT, SEM_NAME, SEM_PLAIN_NAME};
+use fairlock_testkit::history::Outcome;
 
 /// How many permits a semaphore call asked for.
 fn permits(c: &Call) -> u64 {
@@ -16,10 +20,51 @@ fn permits(c: &Call) -> u64 {
 }
 
 pub fn check_permits(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
+    let mut by = by_name(h);
     let mut out = Vec::new();
-    let Some(calls) = by_name(h).remove(SEM_NAME) else {
-        return out;
-    };
+    for name in [SEM_NAME, SEM_PLAIN_NAME] {
+        if let Some(calls) = by.remove(name) {
+            out.extend(check_one(h, name, &calls, stats));
+        }
+    }
+    out
+}
+
+/// How long after it was handed over a background settle (a dropped acquire's give-back, a
+/// dropped guard's release) may still be running: its resend window (half a call mark's ten
+/// seconds) and one command timeout, with a margin.
+const SETTLING_NS: u64 = 6_000_000_000;
+
+/// The permits of the plain semaphore that processes which never exited by themselves (killed)
+/// may have taken with them: `(certain, possible)`. Certain: granted, and no release started.
+/// Possible besides: work that may not have finished when the process died: an acquire that had
+/// not ended; a release started but not seen to finish (a drop hands it to the background), or
+/// an acquire that ended without permits but may have left some to settle (cut off, failed),
+/// within the settling time before the kill.
+pub fn plain_permits_lost(h: &History) -> (u64, u64) {
+    let (mut certain, mut possible) = (0, 0);
+    for c in h.calls.iter().filter(|c| c.name == SEM_PLAIN_NAME) {
+        let Some(&killed) = h.frozen.get(&c.proc) else {
+            continue;
+        };
+        let recent = |t: u64| t + SETTLING_NS >= killed;
+        let n = permits(c);
+        match (c.end, &c.release, &c.released) {
+            (None, _, _) => possible += n,
+            (Some((_, Outcome::Granted, _)), None, _) => certain += n,
+            (Some((_, Outcome::Granted, _)), Some(_), Some((_, r))) if r == "ok" => {}
+            (Some((_, Outcome::Granted, _)), Some((t, ..)), _) if recent(*t) => possible += n,
+            (Some((_, Outcome::Granted, _)), Some(_), _) => {}
+            (Some((_, Outcome::TimedOut, _)), _, _) => {}
+            (Some((t, _, _)), _, _) if recent(t) => possible += n,
+            (Some(_), _, _) => {}
+        }
+    }
+    (certain, possible)
+}
+
+fn check_one(h: &History, name: &str, calls: &[&Call], stats: &mut CheckStats) -> Vec<Violation> {
+    let mut out = Vec::new();
     let mut holds: Vec<(u64, u64, &Call)> = calls
         .iter()
         .filter_map(|c| c.granted().map(|(t, _)| (t, h.trusted_end(c), *c)))
@@ -37,7 +82,7 @@ pub fn check_permits(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
             out.push(Violation {
                 rule: "permit-limit",
                 message: format!(
-                    "{in_use} permits of {SEM_NAME} trusted at once at {} (limit {SEM_LIMIT})",
+                    "{in_use} permits of {name} trusted at once at {} (limit {SEM_LIMIT})",
                     h.rel_ms(s)
                 ),
                 evidence: open.iter().map(|(_, _, c)| c.describe(h)).collect(),
@@ -73,6 +118,32 @@ mod tests {
             }
         }
         evs
+    }
+
+    #[test]
+    fn killed_holders_of_the_plain_semaphore_bound_the_final_count() {
+        use crate::config::SEM_PLAIN_NAME;
+        let plain = |id: &str, proc: &str, n: u64, span: (u64, u64), release: Option<u64>| {
+            let mut evs = sem_hold(id, proc, n, span, release.unwrap_or(0));
+            for e in &mut evs {
+                if let Event::Call { name, .. } = e {
+                    *name = SEM_PLAIN_NAME.into();
+                }
+            }
+            if release.is_none() {
+                evs.pop();
+            }
+            evs
+        };
+        let mut h = hist();
+        // p0 dies at 20 s holding 2 (certain); its release long before settled; a release 1 s
+        // before the kill may not have (possible); p1 lives: nothing of it counts.
+        h.add_events(plain("a", "p0", 2, (19_000, 19_010), None));
+        h.add_events(plain("b", "p0", 1, (1_000, 1_010), Some(1_020)));
+        h.add_events(plain("c", "p0", 1, (18_900, 18_950), Some(19_000)));
+        h.add_events(plain("d", "p1", 2, (19_000, 19_010), None));
+        h.frozen.insert("p0".into(), 20_000 * MS);
+        assert_eq!(super::plain_permits_lost(&h), (2, 1));
     }
 
     #[test]
