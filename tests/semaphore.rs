@@ -756,3 +756,50 @@ async fn shutdown_gives_permits_back_and_ends_waiting_calls() {
     );
     assert_eq!(held.release().await.unwrap(), 0);
 }
+
+/// A waiting acquire rides out a connection that fails under it (transient errors are retried,
+/// as `lock()` does) and takes the permits once Redis answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_rides_out_a_failing_connection() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let proxy = Proxy::start(server.port());
+    let c = Client::builder()
+        .standalone(proxy.url())
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let name = "sem:outage";
+    let sem = c.semaphore(name);
+    assert!(sem.try_set_permits(0).await.unwrap());
+    let s = sem.clone();
+    let waiter = tokio::spawn(async move { s.acquire(1).await });
+    wait_until(Duration::from_secs(10), "the waiter subscribed", || {
+        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_sc:{sem:outage}")
+            .query(&mut raw)
+            .unwrap();
+        n[0].1 == 1
+    });
+    // Requests are lost from now on; a message makes the waiter look again, and its attempt
+    // is lost; its connection is then reset under it.
+    proxy.set_blackhole_requests(true);
+    let _: i64 = raw.publish("redisson_sc:{sem:outage}", "0").unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "an attempt was lost and reset",
+        || proxy.reset_tainted() >= 1,
+    );
+    let _: i64 = raw.incr(name, 1).unwrap();
+    proxy.set_blackhole_requests(false);
+    let permits = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is served once Redis answers again")
+        .unwrap()
+        .expect("transient errors are retried, not returned");
+    assert_eq!(raw.get::<_, i64>(name).unwrap(), 0);
+    permits.release().await.unwrap();
+    assert_eq!(raw.get::<_, i64>(name).unwrap(), 1);
+}

@@ -175,7 +175,9 @@ impl CountDownLatch {
     ///
     /// # Errors
     /// [`Error::InvalidName`], [`Error::Shutdown`] (also when the client shuts down while
-    /// waiting), [`Error::Redis`] when a look at the count failed.
+    /// waiting), [`Error::Redis`] when looks at the count kept failing for one watchdog timeout
+    /// (`wait_timeout`: until its timeout ran out), or at once for an error that is not
+    /// transient.
     ///
     /// # Cancel safety
     /// Cancel safe: it changes nothing.

@@ -101,6 +101,9 @@ impl<T> From<Option<T>> for Look<T> {
 /// attempt is preceded by reading the channel's message count, so a message that comes between
 /// an attempt and the sleep is never missed.
 ///
+/// A transient failure of an attempt is retried (with backoff) until the deadline, or without
+/// one for one watchdog timeout, as a lock call does; then its error is returned.
+///
 /// Cancel safe as far as this loop goes: it holds nothing but the subscription, which a drop
 /// gives back. (The attempts settle their own writes.)
 pub(crate) async fn wait_on<T, F, Fut>(
@@ -117,8 +120,12 @@ where
     let subscription = match inner.subscriber.subscribe_if_live(channel) {
         Some(live) => live,
         None => {
-            if let Look::Ready(v) = attempt().await? {
-                return Ok(Some(v));
+            match attempt().await {
+                Ok(Look::Ready(v)) => return Ok(Some(v)),
+                Ok(Look::NotYet(_)) => {}
+                // Retried below, subscribed (within the deadline).
+                Err(e) if e.is_transient() && !passed(deadline) => {}
+                Err(e) => return Err(e),
             }
             if passed(deadline) {
                 return Ok(None);
@@ -141,14 +148,32 @@ where
     };
     let mail = subscription.mail().clone();
     let mut closed = inner.closed.subscribe();
+    // Since when attempts fail with transient errors, and how many in a row.
+    let mut failing: Option<(Instant, u32)> = None;
     loop {
         inner.check_open()?;
         let seen = mail.seq();
-        let recheck = match attempt().await? {
-            Look::Ready(v) => return Ok(Some(v)),
-            Look::NotYet(hint) => {
+        let recheck = match attempt().await {
+            Ok(Look::Ready(v)) => return Ok(Some(v)),
+            Ok(Look::NotYet(hint)) => {
+                failing = None;
                 hint.map_or(RECHECK, |h| h.clamp(Duration::from_millis(1), RECHECK))
             }
+            Err(e) if e.is_transient() => {
+                // As a lock call does: ride out an outage until the deadline, or for one
+                // watchdog timeout without one; the attempt settled its own writes.
+                let (since, tries) = failing.get_or_insert((Instant::now(), 0));
+                *tries += 1;
+                let out_of_time = match deadline {
+                    Some(d) => Instant::now() >= d,
+                    None => since.elapsed() >= inner.config.watchdog_timeout,
+                };
+                if out_of_time {
+                    return Err(e);
+                }
+                crate::ops::retry::retry_backoff(*tries)
+            }
+            Err(e) => return Err(e),
         };
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {

@@ -187,8 +187,10 @@ impl ExpirableSemaphore {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for zero permits or a bad lease; [`Error::InvalidName`],
-    /// [`Error::Shutdown`], [`Error::Redis`] when an attempt failed (anything it took is
-    /// released first).
+    /// [`Error::Shutdown`], [`Error::Redis`] when attempts kept failing for one watchdog timeout
+    /// (transient errors are retried, as `lock()` does; `try_acquire`: until its wait ran out),
+    /// or at once for an error that is not transient (anything an attempt took is released
+    /// first).
     ///
     /// # Cancel safety
     /// Cancel safe: dropped while waiting, nothing is taken; dropped while an attempt is in

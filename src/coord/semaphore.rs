@@ -202,8 +202,10 @@ impl Semaphore {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for zero permits; [`Error::InvalidName`], [`Error::Shutdown`]
-    /// (also when the client shuts down while waiting), [`Error::Redis`] when an attempt failed
-    /// (its permits, if it took any, are given back first).
+    /// (also when the client shuts down while waiting), [`Error::Redis`] when attempts kept
+    /// failing for one watchdog timeout (transient errors are retried, as `lock()` does), or at
+    /// once for an error that is not transient (an attempt that may have taken permits gives them
+    /// back first).
     ///
     /// # Cancel safety
     /// Cancel safe: dropped while waiting, nothing is taken; dropped while an attempt is in
@@ -219,8 +221,9 @@ impl Semaphore {
     /// attempt, no waiting); `Ok(None)` when they did not.
     ///
     /// # Errors
-    /// As [`acquire`](Self::acquire), and [`Error::InvalidArgument`] for a `wait` too long for
-    /// this platform's clock.
+    /// As [`acquire`](Self::acquire), except that transient errors are retried only until the
+    /// wait ran out; and [`Error::InvalidArgument`] for a `wait` too long for this platform's
+    /// clock.
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
