@@ -803,3 +803,62 @@ async fn a_waiting_acquire_rides_out_a_failing_connection() {
     permits.release().await.unwrap();
     assert_eq!(raw.get::<_, i64>(name).unwrap(), 1);
 }
+
+/// An expirable acquire resent after its first send timed out: the first send may be the one that
+/// ran (its script took the permits, its reply was lost), so the guard's validity counts from
+/// that first send, never from a resend (found by torture run 10: a permit reclaimed on the
+/// server while its guard still trusted it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_expirable_acquire_counts_its_validity_from_the_first_send() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let monitor = support::Monitor::start(server.port());
+    let c = Client::builder()
+        .standalone(proxy.url())
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let name = "pes:first-send";
+    let sem = c.expirable_semaphore(name);
+    assert!(sem.try_set_permits(1).await.unwrap());
+    sem.acquire(1, None).await.unwrap().release().await.unwrap();
+    // Replies are lost: the first send takes the permit, its reply never comes; the call is
+    // resent (after the 300 ms command timeout) with the same ids.
+    proxy.set_blackhole_replies(true);
+    let lease = Duration::from_millis(5_000);
+    let started = Instant::now();
+    let since = Instant::now();
+    // Past the warm-up's own lines (its release is the last).
+    let from = 1 + monitor.wait_for_after(
+        0,
+        &["\"ZREM\"", "{pes:first-send}:timeout"],
+        Duration::from_secs(10),
+    );
+    let s = sem.clone();
+    let call = tokio::spawn(async move { s.try_acquire(1, Duration::ZERO, Some(lease)).await });
+    let first = monitor.wait_for_after(
+        from,
+        &["\"ZADD\"", "{pes:first-send}:timeout"],
+        Duration::from_secs(10),
+    );
+    monitor.wait_for_after(
+        first + 1,
+        &["\"ZSCORE\"", "{pes:first-send}:timeout"],
+        Duration::from_secs(10),
+    );
+    eprintln!("resend seen {:?} after the call started", since.elapsed());
+    proxy.set_blackhole_replies(false);
+    let p = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .expect("the resend finds the permit its first send took");
+    assert!(
+        p.valid_until() <= started + lease,
+        "valid until {:?} after the call started, past its lease {lease:?}",
+        p.valid_until() - started
+    );
+    p.release().await.unwrap();
+}

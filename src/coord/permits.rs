@@ -299,9 +299,10 @@ impl ExpirableSemaphore {
             ids: &ids,
         };
         let started = Instant::now();
-        let mut sent = std::time::Instant::now();
+        // The validity counts from the first send: a resend may find the permits taken by a
+        // send that ran before it (its reply lost or late), at that earlier time.
+        let sent = std::time::Instant::now();
         let reply: Result<(i64, i64)> = resend(&self.inner, started, || {
-            sent = std::time::Instant::now();
             let mut conn = self.inner.conn.clone();
             let publish = conn.publish_command();
             let (name, expiries, channel) = (

@@ -1,7 +1,8 @@
 //! The seeded torture test: several client processes (this test binary, re-executed), a
 //! Redisson-protocol peer and injected faults hammer a few lock names; every process records what
 //! it did, the parent snapshots the fair queues, and a checker verifies mutual exclusion, fencing
-//! order, FIFO, bounded waits and, at the end, that nothing is left behind in Redis.
+//! order, FIFO, bounded waits, the semaphores' permit limit and, at the end, that every permit
+//! came back and nothing is left behind in Redis.
 //!
 //! Environment (all optional):
 //! * `FAIRLOCK_TORTURE_SEED=<n>`: the seed of `torture_fresh_seed` (else a random one, printed).
@@ -9,9 +10,11 @@
 //! * `FAIRLOCK_TORTURE_FAULTS=all|none|<kinds>`: comma-separated fault kinds from `sigstop`,
 //!   `sigkill`, `clientkill`, `pause`, `sleep`, `scriptflush`, `restart`, `proxy` (default all).
 //! * `FAIRLOCK_TORTURE_OPS=all|<kinds>`: client operations from `lock`, `lease`, `try`, `try0`,
-//!   `cancel`, `reenter`, `drop`, `droprelock`, `longhold`, `shared`, `shutdown`, `java`, `plain`,
-//!   `fair` (default all). `cancel` drops pending futures at random points; `java` adds the
-//!   Redisson-protocol peer; `plain` / `fair` choose the lock kinds in use.
+//!   `cancel`, `reenter`, `drop`, `droprelock`, `longhold`, `shared`, `joined`, `shutdown`,
+//!   `java`, `plain`, `fair`, `rw`, `sem`, `multi` (default all). `cancel` drops pending futures at
+//!   random points; `java` adds the Redisson-protocol peer; `plain` / `fair` / `rw` choose the
+//!   lock kinds in use; `sem` adds rounds on a plain and a permit-expirable semaphore (three
+//!   permits each); `multi` adds multi-lock rounds over the two plain locks.
 //! * `FAIRLOCK_TORTURE_CHILDREN=<n>`: client processes (default 3, at least 3 in CI).
 //!
 //! CI runs `torture_seed_1..3` (fixed seeds) and `torture_fresh_seed` one after the other,
