@@ -92,13 +92,34 @@ async fn permits_shared_with_java(peer: &JavaPeer, c: &Client, name: &str) {
     assert!(sem.delete().await.unwrap());
 }
 
-async fn latches_shared_with_java(peer: &JavaPeer, c: &Client, name: &str) {
+/// Subscribers of `channel` on every node given (classic and sharded).
+fn subscribers(nodes: &[&RedisServer], channel: &str) -> i64 {
+    let mut n = 0;
+    for node in nodes {
+        let mut conn = node.conn();
+        for cmd in ["NUMSUB", "SHARDNUMSUB"] {
+            let counted: redis::RedisResult<Vec<(String, i64)>> =
+                redis::cmd("PUBSUB").arg(cmd).arg(channel).query(&mut conn);
+            n += counted.map_or(0, |v| v.iter().map(|(_, k)| k).sum::<i64>());
+        }
+    }
+    n
+}
+
+async fn latches_shared_with_java(peer: &JavaPeer, c: &Client, name: &str, nodes: &[&RedisServer]) {
     let latch = c.count_down_latch(name);
     let r = peer.call(&format!("latch trysetcount {name} 2")).await;
     assert_eq!(r.ok("java trySetCount"), "true");
     assert!(!latch.try_set_count(7).await.unwrap());
     assert_eq!(latch.count().await.unwrap(), 2);
     let java = peer.send(&format!("latch await {name} -1"));
+    // Redisson's await reads the count, subscribes, reads it again, then listens: a `0` before
+    // it listens would be lost to it. Its subscription is seen first; one round trip later it
+    // listens, and the `0` below is two round trips away.
+    let channel = fairlock::keys::count_down_channel(name);
+    support::wait_until(ANSWER, "the Java await subscribed", || {
+        subscribers(nodes, &channel) >= 1
+    });
     let l = latch.clone();
     let ours = tokio::spawn(async move { l.wait().await });
     peer.call(&format!("latch countdown {name}"))
@@ -118,23 +139,26 @@ async fn latches_shared_with_java(peer: &JavaPeer, c: &Client, name: &str) {
         .unwrap();
     assert!(opened.elapsed() < WOKEN, "{:?}", opened.elapsed());
 
-    // Set by us, counted down by Java, awaited by both.
+    // Set by us, counted down by Java, awaited by us (woken by Java's `0`); Java then sees it
+    // open. (Not a Java await sent together with the Java count-down: Redisson's await reads
+    // the count before it registers its listener, and a `0` in between is lost to it until its
+    // timeout; `latches_shared_with_java` above has Java wait long before the count-down.)
     assert!(latch.try_set_count(1).await.unwrap());
     let r = peer.call(&format!("latch count {name}")).await;
     assert_eq!(r.ok("java getCount"), "1");
-    let java = peer.send(&format!("latch await {name} 10000"));
     let l = latch.clone();
     let ours = tokio::spawn(async move { l.wait_timeout(ANSWER).await });
     let opened = Instant::now();
     peer.call(&format!("latch countdown {name}"))
         .await
         .ok("java countDown");
-    assert_eq!(java.wait(ANSWER).await.ok("java await"), "true");
     assert!(
         ours.await.unwrap().unwrap(),
         "ours opened by Java's count-down"
     );
     assert!(opened.elapsed() < WOKEN, "{:?}", opened.elapsed());
+    let r = peer.call(&format!("latch await {name} 10000")).await;
+    assert_eq!(r.ok("java await of an open latch"), "true");
 
     // Deleted by Java: our waiter sees no latch, i.e. open.
     assert!(latch.try_set_count(3).await.unwrap());
@@ -254,7 +278,7 @@ async fn java_and_rust_share_semaphores_and_latches() {
     let peer = JavaPeer::start(&JavaOptions::new(JavaTopology::Single(server.url())));
     let c = Client::connect(&server.url()).await.unwrap();
     permits_shared_with_java(&peer, &c, "sem:java").await;
-    latches_shared_with_java(&peer, &c, "latch:java").await;
+    latches_shared_with_java(&peer, &c, "latch:java", &[&server]).await;
     let short = watchdog_client(&server.url(), None).await;
     expirable_permits_shared_with_java(&peer, &short, "pes:java").await;
     let mut raw = server.conn();
@@ -277,7 +301,8 @@ async fn java_and_rust_share_semaphores_and_latches_on_a_cluster() {
         .unwrap();
     permits_shared_with_java(&peer, &c, "sem:cluster").await;
     permits_shared_with_java(&peer, &c, "{tag}sem").await;
-    latches_shared_with_java(&peer, &c, "latch:cluster").await;
+    let nodes: Vec<&RedisServer> = cluster.nodes.iter().collect();
+    latches_shared_with_java(&peer, &c, "latch:cluster", &nodes).await;
     let short = watchdog_client("", Some(cluster.urls())).await;
     expirable_permits_shared_with_java(&peer, &short, "pes:cluster").await;
     expirable_permits_shared_with_java(&peer, &short, "{tag}pes").await;
