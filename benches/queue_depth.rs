@@ -205,6 +205,7 @@ impl Bench {
                     .key(target.deadlines())
                     .key(format!("fairlock_liveness:{{{name}}}"))
                     .key(format!("redisson_lock_token:{{{name}}}"))
+                    .key(format!("fairlock_grants:{{{name}}}"))
                     .arg(LEASE.as_millis() as i64)
                     .arg(FAIRLOCK_FIELD)
                     .arg(0) // the hold count we believe Redis has
@@ -215,6 +216,8 @@ impl Bench {
                     .arg(fairlock::DEFAULT_WAITER_LIVENESS.as_millis() as i64)
                     .arg(REDISSON_WAIT_MS)
                     .arg("0") // our call is the one that queued the entry
+                    .arg("") // no direct hand-off asked for
+                    .arg(fairlock::DEFAULT_WAITER_LIVENESS.as_millis() as i64)
                     .invoke_async(&mut self.conn)
                     .await
                     .expect("fairlock acquire");
@@ -225,6 +228,8 @@ impl Bench {
                     .key(target.queue())
                     .key(target.deadlines())
                     .key(format!("fairlock_liveness:{{{name}}}"))
+                    .key(format!("fairlock_grants:{{{name}}}"))
+                    .key(format!("redisson_lock_token:{{{name}}}"))
                     .arg(FAIRLOCK_FIELD)
                     .arg(1) // expected count
                     .arg(1) // release one hold
@@ -433,7 +438,9 @@ async fn heartbeat_phase(
                 call.key(&name)
                     .key(support::queue_key(&name))
                     .key(support::timeout_key(&name))
-                    .key(support::derived_key("fairlock_liveness", &name));
+                    .key(support::derived_key("fairlock_liveness", &name))
+                    .key(support::derived_key("fairlock_grants", &name))
+                    .key(support::derived_key("redisson_lock_token", &name));
                 call.arg(beat_field(i)).arg(&channel);
             }
             let codes: Vec<i64> = call.invoke_async(&mut b.conn).await.expect("heartbeat");
