@@ -94,34 +94,13 @@ async fn a_lost_member_loses_the_multi_guard() {
     );
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
-
 /// Seeded (`FAIRLOCK_MULTI_SEED` replays): six tasks over three clients take random sets of
 /// two or three of four names, listed in random order, fair and non-fair members mixed; every
 /// member is checked exclusive while held, and every `lock()` must end within 10 s (a deadlock
 /// would hang it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_multi_locks_in_any_order_never_deadlock() {
-    let seed = std::env::var("FAIRLOCK_MULTI_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("seeded run: FAIRLOCK_MULTI_SEED={seed}");
+    let seed = support::seed("FAIRLOCK_MULTI_SEED");
     let server = RedisServer::start();
     let mut raw = server.conn();
     let clients = [
@@ -137,15 +116,15 @@ async fn overlapping_multi_locks_in_any_order_never_deadlock() {
     for t in 0..6u64 {
         let client = clients[(t % 3) as usize].clone();
         let (held, rounds) = (held.clone(), rounds.clone());
-        let mut rng = Rng(seed ^ (t + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+        let mut rng = support::Rng::for_worker(seed, t);
         tasks.push(tokio::spawn(async move {
             let until = Instant::now() + Duration::from_secs(4);
             while Instant::now() < until {
                 let mut picked: Vec<usize> = (0..4).collect();
                 for i in (1..4).rev() {
-                    picked.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+                    picked.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
                 }
-                picked.truncate(2 + (rng.next() % 2) as usize);
+                picked.truncate(2 + (rng.next_u64() % 2) as usize);
                 let members: Vec<MultiMember> = picked
                     .iter()
                     .map(|&i| {
@@ -170,7 +149,7 @@ async fn overlapping_multi_locks_in_any_order_never_deadlock() {
                         NAMES[i]
                     );
                 }
-                tokio::time::sleep(Duration::from_micros(rng.next() % 1_000)).await;
+                tokio::time::sleep(Duration::from_micros(rng.next_u64() % 1_000)).await;
                 for &i in &picked {
                     held[i].store(false, Ordering::SeqCst);
                 }

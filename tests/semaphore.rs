@@ -406,23 +406,6 @@ async fn a_latch_opens_for_every_waiter_when_counted_down_to_zero() {
     );
 }
 
-/// Splitmix64, for the seeded run below.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Seeded randomized run (`FAIRLOCK_SEM_SEED` replays one): workers on three clients take 1-3
 /// permits with random waits, hold them a random while, and end in every way a caller can:
 /// release, drop, a `timeout` around the acquire or the release, an aborted task. Every holder
@@ -430,16 +413,7 @@ impl Rng {
 /// end every permit is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_random_use_never_exceeds_the_limit_and_loses_no_permit() {
-    let seed = std::env::var("FAIRLOCK_SEM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("seeded run: FAIRLOCK_SEM_SEED={seed}");
+    let seed = support::seed("FAIRLOCK_SEM_SEED");
     let server = RedisServer::start();
     let mut raw = server.conn();
     let clients = [
@@ -456,7 +430,7 @@ async fn seeded_random_use_never_exceeds_the_limit_and_loses_no_permit() {
     for w in 0..9u64 {
         let sem = clients[(w % 3) as usize].semaphore(name);
         let (meter, peak) = (meter.clone(), peak.clone());
-        let mut rng = Rng(seed ^ (w + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+        let mut rng = support::Rng::for_worker(seed, w);
         tasks.push(tokio::spawn(async move {
             let until = Instant::now() + Duration::from_secs(6);
             let mut taken = 0u64;
@@ -497,7 +471,7 @@ async fn seeded_random_use_never_exceeds_the_limit_and_loses_no_permit() {
     }
     // One more task is aborted at random points while it waits.
     let sem = clients[1].semaphore(name);
-    let mut rng = Rng(seed);
+    let mut rng = support::Rng::new(seed);
     for _ in 0..20 {
         let s = sem.clone();
         let t = tokio::spawn(async move { s.acquire(4).await.map(drop) });

@@ -11,6 +11,7 @@
 //!   [`wait_for`] names the last state seen on timeout; [`wait_until_or`] reports instead of panicking.
 //! - [`wait_for_renewal`], [`kill_replica_links`], [`subscribed_channels`]: failover checks.
 //! - [`JavaPeer`]: a real Redisson client in a child JVM (`interop/redisson/RedissonPeer.java`).
+//! - [`Rng`] / [`seed`]: the seeded randomized tests' generator and seed (printed, replayable).
 //! - [`Monitor`]: `MONITOR` on one server, for counting the commands a client sends.
 //! - [`TlsFiles`]: a throw-away CA, server and client certificates, and a TLS server.
 //! - [`Proxy`]: a TCP proxy in front of a server that delays, drops and resets connections.
@@ -49,6 +50,7 @@ mod monitor;
 mod proxy;
 pub mod raw;
 pub mod redisson_peer;
+mod rng;
 mod sentinel;
 mod server;
 mod servers;
@@ -66,6 +68,7 @@ pub use raw::{
     derived_key, kill_pubsub_connections, queue_key, queue_len, release_channel, server_now_ms,
     server_now_ms_async, sigkill, timeout_key, wait_subscribed, waiter_channel,
 };
+pub use rng::{seed, Rng};
 pub use sentinel::SentinelGroup;
 pub use server::{add_lock_user, info_field, RedisServer};
 pub use servers::{test_server, tls_server_binary, ServerKind, TestServer};
