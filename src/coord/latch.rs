@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::coord::{call_id, mark_ms, resend, wait_on};
+use crate::coord::{call_id, wait_on, Named};
 use crate::engine::inner::Inner;
 use crate::error::{Error, Result};
 use crate::keys::{self, call_mark, count_down_channel};
@@ -47,29 +47,24 @@ use crate::scripts;
 #[doc(alias = "RCountDownLatch")]
 #[must_use = "a latch handle does nothing until one of its methods is called"]
 pub struct CountDownLatch {
-    inner: Arc<Inner>,
-    name: Arc<str>,
-    channel: Arc<str>,
+    core: Named,
 }
 
 impl CountDownLatch {
     pub(crate) fn new(inner: Arc<Inner>, name: String) -> Self {
-        let channel = count_down_channel(&name).into();
+        let channel = count_down_channel(&name);
         CountDownLatch {
-            inner,
-            name: name.into(),
-            channel,
+            core: Named::new(inner, name, channel),
         }
     }
 
     /// The latch's name (also the Redis key of its count).
     pub fn name(&self) -> &str {
-        &self.name
+        &self.core.name
     }
 
     fn check(&self) -> Result<()> {
-        self.inner.check_open()?;
-        keys::validate_latch(&self.name, self.inner.conn.is_cluster())
+        self.core.check(keys::validate_latch)
     }
 
     /// Sets the count when the latch does not exist (Redisson's `trySetCount`), closing it for
@@ -84,12 +79,12 @@ impl CountDownLatch {
     pub async fn try_set_count(&self, count: u64) -> Result<bool> {
         self.check()?;
         let count = crate::coord::positive("count", count)?;
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.core.inner.conn.clone();
         let set: i64 = scripts::LATCH_SET_COUNT
-            .key(&*self.name)
+            .key(&*self.core.name)
             .arg(count)
             .arg(conn.publish_command())
-            .arg(&*self.channel)
+            .arg(&*self.core.channel)
             .invoke_async(&mut conn)
             .await?;
         Ok(set == 1)
@@ -109,24 +104,11 @@ impl CountDownLatch {
     /// counted down at most once.
     pub async fn count_down(&self) -> Result<u64> {
         self.check()?;
-        let mark = call_mark(&self.name, &call_id(&self.inner));
-        let left: i64 = resend(&self.inner, Instant::now(), || {
-            let mut conn = self.inner.conn.clone();
-            let publish = conn.publish_command();
-            let (name, mark, channel) = (self.name.clone(), mark.clone(), self.channel.clone());
-            let mark_ms = mark_ms(&self.inner);
-            async move {
-                Ok(scripts::LATCH_COUNT_DOWN
-                    .key(&*name)
-                    .key(&mark)
-                    .arg(mark_ms)
-                    .arg(publish)
-                    .arg(&*channel)
-                    .invoke_async(&mut conn)
-                    .await?)
-            }
-        })
-        .await?;
+        let mark = call_mark(&self.core.name, &call_id(&self.core.inner));
+        let left: i64 = self
+            .core
+            .marked(&scripts::LATCH_COUNT_DOWN, &mark, None, Instant::now())
+            .await?;
         if left < 0 {
             return self.count().await;
         }
@@ -143,9 +125,9 @@ impl CountDownLatch {
     /// Cancel safe: it changes nothing.
     pub async fn count(&self) -> Result<u64> {
         self.check()?;
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.core.inner.conn.clone();
         let value: Option<i64> = redis::cmd("GET")
-            .arg(&*self.name)
+            .arg(&*self.core.name)
             .query_async(&mut conn)
             .await?;
         Ok(value.unwrap_or(0).max(0) as u64)
@@ -161,11 +143,11 @@ impl CountDownLatch {
     /// Cancel safe: one atomic script.
     pub async fn delete(&self) -> Result<bool> {
         self.check()?;
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.core.inner.conn.clone();
         let deleted: i64 = scripts::LATCH_DELETE
-            .key(&*self.name)
+            .key(&*self.core.name)
             .arg(conn.publish_command())
-            .arg(&*self.channel)
+            .arg(&*self.core.channel)
             .invoke_async(&mut conn)
             .await?;
         Ok(deleted == 1)
@@ -203,7 +185,7 @@ impl CountDownLatch {
 
     async fn wait_until(&self, deadline: Option<Instant>) -> Result<bool> {
         self.check()?;
-        let open = wait_on(&self.inner, &self.channel, deadline, || async {
+        let open = wait_on(&self.core.inner, &self.core.channel, deadline, || async {
             Ok((self.count().await? == 0).then_some(()).into())
         })
         .await?;

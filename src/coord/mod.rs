@@ -4,6 +4,8 @@
 //! [`CountDownLatch`](crate::CountDownLatch) (`RCountDownLatch`).
 //!
 //! What they share lives here:
+//! * **The handle** ([`Named`]): client, name, channel, the name check, and the one way a marked
+//!   count change is sent and resent.
 //! * **Call marks** (`{NAME}:fairlock_call:<call id>`, PROTOCOL 11): a write that is not
 //!   idempotent (take permits, give them back, add permits, count down) records its call id in a
 //!   short-lived string in the name's slot, so the outcome of a call whose reply was lost can be
@@ -22,6 +24,7 @@ pub(crate) mod semaphore;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -75,6 +78,57 @@ where
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// The handle of a counting kind (a semaphore, a latch): the client, the name (the key of the
+/// count) and the channel its changes are published on.
+#[derive(Clone, Debug)]
+pub(crate) struct Named {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) name: Arc<str>,
+    pub(crate) channel: Arc<str>,
+}
+
+impl Named {
+    pub(crate) fn new(inner: Arc<Inner>, name: String, channel: String) -> Self {
+        Named {
+            inner,
+            name: name.into(),
+            channel: channel.into(),
+        }
+    }
+
+    /// Refuses a call on a client that shut down, or on a name `validate` refuses (before any
+    /// I/O).
+    pub(crate) fn check(&self, validate: fn(&str, bool) -> Result<()>) -> Result<()> {
+        self.inner.check_open()?;
+        validate(&self.name, self.inner.conn.is_cluster())
+    }
+
+    /// Runs a marked script that changes the count and tells waiters, resent under `mark`
+    /// within the settle window from `started`, so it is applied at most once. KEYS: the count,
+    /// `mark`; ARGV: `lead` when given, the mark's life (ms), the publish command, the channel.
+    pub(crate) async fn marked<T: redis::FromRedisValue>(
+        &self,
+        script: &'static redis::Script,
+        mark: &str,
+        lead: Option<i64>,
+        started: Instant,
+    ) -> Result<T> {
+        resend(&self.inner, started, || {
+            let mut conn = self.inner.conn.clone();
+            let mut call = script.prepare_invoke();
+            call.key(&*self.name).key(mark);
+            if let Some(n) = lead {
+                call.arg(n);
+            }
+            call.arg(mark_ms(&self.inner))
+                .arg(conn.publish_command())
+                .arg(&*self.channel);
+            async move { Ok(call.invoke_async(&mut conn).await?) }
+        })
+        .await
     }
 }
 

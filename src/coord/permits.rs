@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::coord::{resend, wait_on, Look};
+use crate::coord::{resend, wait_on, Look, Named};
 use crate::engine::inner::Inner;
 use crate::engine::permit::PermitLease;
 use crate::engine::validity::LostReason;
@@ -69,30 +69,27 @@ use crate::scripts;
 #[doc(alias = "RPermitExpirableSemaphore")]
 #[must_use = "a semaphore handle does nothing until one of its methods is called"]
 pub struct ExpirableSemaphore {
-    inner: Arc<Inner>,
-    name: Arc<str>,
+    /// The available count: the same plain integer and channel as a [`Semaphore`]'s.
+    core: Named,
     expiries: Arc<str>,
-    channel: Arc<str>,
 }
 
 impl ExpirableSemaphore {
     pub(crate) fn new(inner: Arc<Inner>, name: String) -> Self {
+        let (expiries, channel) = (permit_expiries(&name).into(), semaphore_channel(&name));
         ExpirableSemaphore {
-            expiries: permit_expiries(&name).into(),
-            channel: semaphore_channel(&name).into(),
-            inner,
-            name: name.into(),
+            core: Named::new(inner, name, channel),
+            expiries,
         }
     }
 
     /// The semaphore's name (also the Redis key of its available count).
     pub fn name(&self) -> &str {
-        &self.name
+        &self.core.name
     }
 
     fn check(&self) -> Result<()> {
-        self.inner.check_open()?;
-        keys::validate(&self.name, self.inner.conn.is_cluster())
+        self.core.check(keys::validate)
     }
 
     /// Sets the number of available permits when the semaphore does not exist yet, and tells
@@ -104,9 +101,8 @@ impl ExpirableSemaphore {
     /// # Cancel safety
     /// Cancel safe: one atomic script.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        crate::Semaphore::new(self.inner.clone(), self.name.to_string())
-            .try_set_permits(permits)
-            .await
+        self.check()?;
+        self.core.set_permits(permits).await
     }
 
     /// Adds `delta` available permits (negative: removes them) and tells waiters; returns the new
@@ -119,9 +115,8 @@ impl ExpirableSemaphore {
     /// # Cancel safety
     /// Cancel safe: the change is made at most once.
     pub async fn add_permits(&self, delta: i64) -> Result<i64> {
-        crate::Semaphore::new(self.inner.clone(), self.name.to_string())
-            .add_permits(delta)
-            .await
+        self.check()?;
+        self.core.add_permits(delta).await
     }
 
     /// Reclaims expired permits (as Redisson's `availablePermits` does), then returns how many
@@ -159,9 +154,9 @@ impl ExpirableSemaphore {
     /// Cancel safe: one command.
     pub async fn delete(&self) -> Result<bool> {
         self.check()?;
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.core.inner.conn.clone();
         let deleted: i64 = redis::cmd("DEL")
-            .arg(&*self.name)
+            .arg(&*self.core.name)
             .arg(&*self.expiries)
             .query_async(&mut conn)
             .await?;
@@ -170,12 +165,12 @@ impl ExpirableSemaphore {
 
     async fn counts(&self) -> Result<(i64, u64)> {
         self.check()?;
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.core.inner.conn.clone();
         let (available, acquired): (i64, u64) = scripts::PERMIT_COUNTS
-            .key(&*self.name)
+            .key(&*self.core.name)
             .key(&*self.expiries)
             .arg(conn.publish_command())
-            .arg(&*self.channel)
+            .arg(&*self.core.channel)
             .invoke_async(&mut conn)
             .await?;
         Ok((available, acquired))
@@ -253,26 +248,30 @@ impl ExpirableSemaphore {
         }
         let (lease_ms, watchdog) = match lease {
             Some(d) => (crate::error::duration_ms("lease", d)?, false),
-            None => (self.inner.config.watchdog_timeout.as_millis() as i64, true),
+            None => (
+                self.core.inner.config.watchdog_timeout.as_millis() as i64,
+                true,
+            ),
         };
-        let taken = wait_on(&self.inner, &self.channel, deadline, || {
+        let taken = wait_on(&self.core.inner, &self.core.channel, deadline, || {
             self.attempt(permits, lease_ms)
         })
         .await?;
         Ok(taken.map(|(ids, sent)| {
             let lease = Duration::from_millis(lease_ms as u64);
             let state = Arc::new(PermitLease::new(
-                self.name.clone(),
+                self.core.name.clone(),
                 self.expiries.clone(),
-                self.channel.clone(),
+                self.core.channel.clone(),
                 ids,
                 sent,
                 lease,
                 watchdog,
             ));
-            self.inner.permits_taken(&state);
+            self.core.inner.permits_taken(&state);
             if watchdog {
-                self.inner
+                self.core
+                    .inner
                     .driver
                     .send(crate::engine::driver::Work::Permits(state.clone()));
             }
@@ -302,13 +301,13 @@ impl ExpirableSemaphore {
         // The validity counts from the first send: a resend may find the permits taken by a
         // send that ran before it (its reply lost or late), at that earlier time.
         let sent = std::time::Instant::now();
-        let reply: Result<(i64, i64)> = resend(&self.inner, started, || {
-            let mut conn = self.inner.conn.clone();
+        let reply: Result<(i64, i64)> = resend(&self.core.inner, started, || {
+            let mut conn = self.core.inner.conn.clone();
             let publish = conn.publish_command();
             let (name, expiries, channel) = (
-                self.name.clone(),
+                self.core.name.clone(),
                 self.expiries.clone(),
-                self.channel.clone(),
+                self.core.channel.clone(),
             );
             let ids = ids.clone();
             async move {
@@ -341,7 +340,7 @@ impl ExpirableSemaphore {
                 let semaphore = unsettled.semaphore.take().expect("still unsettled");
                 if let Err(again) = semaphore.release_ids(&ids, Instant::now()).await {
                     tracing::warn!(
-                        name = %self.name,
+                        name = %self.core.name,
                         error = %crate::error::chain(&again),
                         "could not release the ids of an unanswered acquire; anything it took \
                          comes back at its lease"
@@ -354,13 +353,13 @@ impl ExpirableSemaphore {
 
     /// Releases `ids` (resent within the settle window); how many were there.
     async fn release_ids(&self, ids: &[[u8; 16]], started: Instant) -> Result<i64> {
-        resend(&self.inner, started, || {
-            let mut conn = self.inner.conn.clone();
+        resend(&self.core.inner, started, || {
+            let mut conn = self.core.inner.conn.clone();
             let publish = conn.publish_command();
             let (name, expiries, channel) = (
-                self.name.clone(),
+                self.core.name.clone(),
                 self.expiries.clone(),
-                self.channel.clone(),
+                self.core.channel.clone(),
             );
             let ids = ids.to_vec();
             async move {
@@ -411,11 +410,11 @@ impl Drop for Unsettled<'_> {
 
 /// Releases `ids` from the client's driver (no I/O in `Drop`).
 fn release_in_background(semaphore: ExpirableSemaphore, ids: Vec<[u8; 16]>, what: &'static str) {
-    let inner = semaphore.inner.clone();
+    let inner = semaphore.core.inner.clone();
     inner.in_background(async move {
         if let Err(e) = semaphore.release_ids(&ids, Instant::now()).await {
             tracing::warn!(
-                name = %semaphore.name,
+                name = %semaphore.core.name,
                 what,
                 error = %crate::error::chain(&e),
                 "could not release permits; they come back at their lease"
@@ -489,7 +488,7 @@ impl ExpirablePermits {
         self.done = true;
         let released = released?;
         if released as usize != self.state.ids.len() {
-            tracing::debug!(name = %semaphore.name, released, "some permits had expired before the release");
+            tracing::debug!(name = %semaphore.core.name, released, "some permits had expired before the release");
         }
         Ok(released as usize)
     }

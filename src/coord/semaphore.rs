@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::coord::{self, call_id, mark_ms, resend, wait_on};
+use crate::coord::{self, call_id, mark_ms, wait_on, Named};
 use crate::engine::inner::Inner;
 use crate::error::{Error, Result};
 use crate::keys::{self, call_mark, semaphore_channel};
@@ -56,29 +56,24 @@ use crate::scripts;
 #[doc(alias = "RSemaphore")]
 #[must_use = "a semaphore handle does nothing until one of its methods is called"]
 pub struct Semaphore {
-    inner: Arc<Inner>,
-    name: Arc<str>,
-    channel: Arc<str>,
+    core: Named,
 }
 
 impl Semaphore {
     pub(crate) fn new(inner: Arc<Inner>, name: String) -> Self {
-        let channel = semaphore_channel(&name).into();
+        let channel = semaphore_channel(&name);
         Semaphore {
-            inner,
-            name: name.into(),
-            channel,
+            core: Named::new(inner, name, channel),
         }
     }
 
     /// The semaphore's name (also the Redis key of its count).
     pub fn name(&self) -> &str {
-        &self.name
+        &self.core.name
     }
 
     fn check(&self) -> Result<()> {
-        self.inner.check_open()?;
-        keys::validate(&self.name, self.inner.conn.is_cluster())
+        self.core.check(keys::validate)
     }
 
     /// Sets the number of permits when the semaphore does not exist yet, and tells waiters
@@ -91,15 +86,7 @@ impl Semaphore {
     /// Cancel safe: one atomic script; dropped, it either ran or did not.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
         self.check()?;
-        let mut conn = self.inner.conn.clone();
-        let set: i64 = scripts::SEMAPHORE_SET_PERMITS
-            .key(&*self.name)
-            .arg(permits)
-            .arg(conn.publish_command())
-            .arg(&*self.channel)
-            .invoke_async(&mut conn)
-            .await?;
-        Ok(set == 1)
+        self.core.set_permits(permits).await
     }
 
     /// Adds `delta` permits (negative: removes them, the count may go below zero as in
@@ -115,31 +102,7 @@ impl Semaphore {
     /// made at most once (or not at all).
     pub async fn add_permits(&self, delta: i64) -> Result<i64> {
         self.check()?;
-        if delta == 0 {
-            return Err(Error::invalid_argument("delta", "must not be zero"));
-        }
-        let mark = call_mark(&self.name, &call_id(&self.inner));
-        let started = Instant::now();
-        let reply: (i64, i64) = resend(&self.inner, started, || {
-            let mut conn = self.inner.conn.clone();
-            let publish = conn.publish_command();
-            let (name, mark, channel) = (self.name.clone(), mark.clone(), self.channel.clone());
-            let mark_ms = mark_ms(&self.inner);
-            async move {
-                Ok(scripts::SEMAPHORE_ADD_PERMITS
-                    .key(&*name)
-                    .key(&mark)
-                    .arg(delta)
-                    .arg(mark_ms)
-                    .arg(publish)
-                    .arg(&*channel)
-                    .invoke_async(&mut conn)
-                    .await?)
-            }
-        })
-        .await
-        .map_err(|e| coord::overflow_as_argument("delta", e))?;
-        Ok(reply.1)
+        self.core.add_permits(delta).await
     }
 
     /// The number of permits available now (0 when the semaphore does not exist; negative when
@@ -153,9 +116,9 @@ impl Semaphore {
     /// Cancel safe: it changes nothing.
     pub async fn available(&self) -> Result<i64> {
         self.check()?;
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.core.inner.conn.clone();
         let value: Option<i64> = redis::cmd("GET")
-            .arg(&*self.name)
+            .arg(&*self.core.name)
             .query_async(&mut conn)
             .await?;
         Ok(value.unwrap_or(0))
@@ -172,9 +135,9 @@ impl Semaphore {
     /// lost is not resent).
     pub async fn drain(&self) -> Result<i64> {
         self.check()?;
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.core.inner.conn.clone();
         Ok(scripts::SEMAPHORE_DRAIN
-            .key(&*self.name)
+            .key(&*self.core.name)
             .invoke_async(&mut conn)
             .await?)
     }
@@ -189,9 +152,9 @@ impl Semaphore {
     /// Cancel safe: one command.
     pub async fn delete(&self) -> Result<bool> {
         self.check()?;
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.core.inner.conn.clone();
         let deleted: i64 = redis::cmd("DEL")
-            .arg(&*self.name)
+            .arg(&*self.core.name)
             .query_async(&mut conn)
             .await?;
         Ok(deleted == 1)
@@ -243,7 +206,7 @@ impl Semaphore {
         if permits == 0 {
             return Err(Error::invalid_argument("permits", "must be at least 1"));
         }
-        let taken = wait_on(&self.inner, &self.channel, deadline, || async {
+        let taken = wait_on(&self.core.inner, &self.core.channel, deadline, || async {
             Ok(self.attempt(permits).await?.into())
         })
         .await?;
@@ -256,8 +219,8 @@ impl Semaphore {
 
     /// One acquire attempt under a fresh mark: the mark when the permits were taken.
     async fn attempt(&self, permits: u32) -> Result<Option<String>> {
-        let mark = call_mark(&self.name, &call_id(&self.inner));
-        let mut conn = self.inner.conn.clone();
+        let mark = call_mark(&self.core.name, &call_id(&self.core.inner));
+        let mut conn = self.core.inner.conn.clone();
         let started = Instant::now();
         // From the send on, a drop settles the attempt in the background.
         let mut unsettled = Unsettled {
@@ -267,10 +230,10 @@ impl Semaphore {
             started,
         };
         let reply: Result<i64> = scripts::SEMAPHORE_ACQUIRE
-            .key(&*self.name)
+            .key(&*self.core.name)
             .key(&mark)
             .arg(permits)
-            .arg(mark_ms(&self.inner))
+            .arg(mark_ms(&self.core.inner))
             .invoke_async(&mut conn)
             .await
             .map_err(Error::from);
@@ -292,7 +255,7 @@ impl Semaphore {
                 let semaphore = unsettled.semaphore.take().expect("still unsettled");
                 if let Err(again) = semaphore.give_back(&mark, permits, started).await {
                     tracing::warn!(
-                        name = %self.name,
+                        name = %self.core.name,
                         error = %crate::error::chain(&again),
                         "could not settle a semaphore acquire whose reply was lost; if it took \
                          permits, they stay taken"
@@ -306,24 +269,15 @@ impl Semaphore {
     /// Settles the acquire of `mark`: gives its permits back if it took them, voids it if it
     /// has not run. Resent within the settle window.
     async fn give_back(&self, mark: &str, permits: u32, started: Instant) -> Result<bool> {
-        let given: i64 = resend(&self.inner, started, || {
-            let mut conn = self.inner.conn.clone();
-            let publish = conn.publish_command();
-            let (name, mark, channel) = (self.name.clone(), mark.to_owned(), self.channel.clone());
-            let mark_ms = mark_ms(&self.inner);
-            async move {
-                Ok(scripts::SEMAPHORE_GIVE_BACK
-                    .key(&*name)
-                    .key(&mark)
-                    .arg(permits)
-                    .arg(mark_ms)
-                    .arg(publish)
-                    .arg(&*channel)
-                    .invoke_async(&mut conn)
-                    .await?)
-            }
-        })
-        .await?;
+        let given: i64 = self
+            .core
+            .marked(
+                &scripts::SEMAPHORE_GIVE_BACK,
+                mark,
+                Some(permits.into()),
+                started,
+            )
+            .await?;
         Ok(given == 1)
     }
 
@@ -344,7 +298,7 @@ impl Semaphore {
         if permits == 0 {
             return Err(Error::invalid_argument("permits", "must be at least 1"));
         }
-        let mark = call_mark(&self.name, &call_id(&self.inner));
+        let mark = call_mark(&self.core.name, &call_id(&self.core.inner));
         let now = self
             .release_marked(&mark, permits, Instant::now())
             .await
@@ -360,25 +314,51 @@ impl Semaphore {
         permits: u32,
         started: Instant,
     ) -> Result<Option<i64>> {
-        let now: i64 = resend(&self.inner, started, || {
-            let mut conn = self.inner.conn.clone();
-            let publish = conn.publish_command();
-            let (name, mark, channel) = (self.name.clone(), mark.to_owned(), self.channel.clone());
-            let mark_ms = mark_ms(&self.inner);
-            async move {
-                Ok(scripts::SEMAPHORE_RELEASE
-                    .key(&*name)
-                    .key(&mark)
-                    .arg(permits)
-                    .arg(mark_ms)
-                    .arg(publish)
-                    .arg(&*channel)
-                    .invoke_async(&mut conn)
-                    .await?)
-            }
-        })
-        .await?;
+        let now: i64 = self
+            .core
+            .marked(
+                &scripts::SEMAPHORE_RELEASE,
+                mark,
+                Some(permits.into()),
+                started,
+            )
+            .await?;
         Ok((now >= 0).then_some(now))
+    }
+}
+
+/// The count's own operations, shared with the [`ExpirableSemaphore`](crate::ExpirableSemaphore)
+/// (its available count is the same plain integer with the same channel).
+impl Named {
+    /// `trySetPermits`: sets the count when the key does not exist, and tells waiters.
+    pub(super) async fn set_permits(&self, permits: u32) -> Result<bool> {
+        let mut conn = self.inner.conn.clone();
+        let set: i64 = scripts::SEMAPHORE_SET_PERMITS
+            .key(&*self.name)
+            .arg(permits)
+            .arg(conn.publish_command())
+            .arg(&*self.channel)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(set == 1)
+    }
+
+    /// `addPermits`, marked (applied once however often it is resent): the new count.
+    pub(super) async fn add_permits(&self, delta: i64) -> Result<i64> {
+        if delta == 0 {
+            return Err(Error::invalid_argument("delta", "must not be zero"));
+        }
+        let mark = call_mark(&self.name, &call_id(&self.inner));
+        let reply: (i64, i64) = self
+            .marked(
+                &scripts::SEMAPHORE_ADD_PERMITS,
+                &mark,
+                Some(delta),
+                Instant::now(),
+            )
+            .await
+            .map_err(|e| coord::overflow_as_argument("delta", e))?;
+        Ok(reply.1)
     }
 }
 
@@ -398,11 +378,11 @@ impl Drop for Unsettled<'_> {
         };
         // No I/O here: the driver runs it.
         let (mark, permits, started) = (self.mark.to_owned(), self.permits, self.started);
-        let inner = semaphore.inner.clone();
+        let inner = semaphore.core.inner.clone();
         inner.in_background(async move {
             if let Err(e) = semaphore.give_back(&mark, permits, started).await {
                 tracing::warn!(
-                    name = %semaphore.name,
+                    name = %semaphore.core.name,
                     error = %crate::error::chain(&e),
                     "could not settle a dropped semaphore acquire; if it took permits, they stay taken"
                 );
@@ -472,14 +452,14 @@ impl Drop for Permits {
         // No I/O here: the driver runs it.
         let semaphore = self.semaphore.clone();
         let permits = self.permits;
-        let inner = semaphore.inner.clone();
+        let inner = semaphore.core.inner.clone();
         inner.in_background(async move {
             if let Err(e) = semaphore
                 .release_marked(&mark, permits, Instant::now())
                 .await
             {
                 tracing::warn!(
-                    name = %semaphore.name,
+                    name = %semaphore.core.name,
                     error = %crate::error::chain(&e),
                     "could not release dropped permits"
                 );
