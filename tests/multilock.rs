@@ -243,11 +243,7 @@ async fn a_redisson_multi_lock_and_ours_never_deadlock_on_a_cluster() {
     let peer = Arc::new(JavaPeer::start(&JavaOptions::new(JavaTopology::Cluster(
         cluster.urls(),
     ))));
-    let c = Client::builder()
-        .cluster(cluster.urls())
-        .build()
-        .await
-        .unwrap();
+    let c = cluster.client().await;
     // Members on different shards (plain names hash apart) and in one slot (one hash tag).
     redisson_and_ours_overlap(peer.clone(), &c, "ov:a", "ov:b").await;
     redisson_and_ours_overlap(peer, &c, "{ov}a", "{ov}b").await;

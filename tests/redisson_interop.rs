@@ -1456,11 +1456,7 @@ async fn cluster_hand_overs_with_redisson_default_pubsub() {
     settle(&cluster);
     let peer = JavaPeer::start(&JavaOptions::new(JavaTopology::Cluster(cluster.urls())));
     // PubSubMode::Auto, the default.
-    let client = Client::builder()
-        .cluster(cluster.urls())
-        .build()
-        .await
-        .unwrap();
+    let client = cluster.client().await;
 
     // Which pub/sub flavour does Redisson use by default here? Park Java waiters and look.
     for kind in ["fair", "plain"] {
@@ -1563,11 +1559,7 @@ async fn cluster_classic_pubsub_needs_pubsub_mode_classic() {
         .build()
         .await
         .unwrap();
-    let auto = Client::builder()
-        .cluster(cluster.urls())
-        .build()
-        .await
-        .unwrap();
+    let auto = cluster.client().await;
 
     // Matching modes: hand-overs both ways by message.
     let name = "classic";

@@ -151,11 +151,7 @@ async fn java_and_rust_share_one_read_write_lock() {
 async fn java_and_rust_share_one_read_write_lock_on_a_cluster() {
     let cluster = RedisCluster::start();
     let peer = JavaPeer::start(&JavaOptions::new(JavaTopology::Cluster(cluster.urls())));
-    let c = Client::builder()
-        .cluster(cluster.urls())
-        .build()
-        .await
-        .unwrap();
+    let c = cluster.client().await;
     // A plain name (braces added to the lease keys) and a hash-tagged one.
     readers_and_writers_across_sides(&peer, &c, "rw:cluster").await;
     readers_and_writers_across_sides(&peer, &c, "{tag}rw").await;

@@ -27,6 +27,18 @@ fn leftovers(raw: &mut redis::Connection, name: &str) -> (Vec<String>, Vec<Strin
     (others, eternal)
 }
 
+/// A client through `proxy` with a 300 ms command timeout (a lost reply fails fast), and the
+/// given watchdog timeout.
+async fn proxied(proxy: &Proxy, watchdog: Option<Duration>) -> Client {
+    let mut builder = Client::builder()
+        .standalone(proxy.url())
+        .command_timeout(Duration::from_millis(300));
+    if let Some(watchdog) = watchdog {
+        builder = builder.watchdog_timeout(watchdog);
+    }
+    builder.build().await.unwrap()
+}
+
 fn subscribe(server: &RedisServer, channel: &str) -> redis::PubSub<'static> {
     let conn = Box::leak(Box::new(server.conn()));
     let mut pubsub = conn.as_pubsub();
@@ -154,14 +166,7 @@ async fn waiters_are_woken_by_releases_and_never_take_more_than_there_is() {
             (p, Instant::now())
         }));
     }
-    wait_until(Duration::from_secs(10), "the waiters subscribed", || {
-        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("redisson_sc:{sem:wake}")
-            .query(&mut raw)
-            .unwrap();
-        n[0].1 == 1
-    });
+    support::wait_subscribed(&mut raw, "redisson_sc:{sem:wake}");
     let released = Instant::now();
     owner.semaphore(name).add_permits(2).await.unwrap();
     wait_until_async(Duration::from_secs(3), "two waiters served", || {
@@ -267,12 +272,7 @@ async fn replies_lost_after_the_script_ran_are_settled_exactly_once() {
     let server = RedisServer::start();
     let mut raw = server.conn();
     let proxy = Proxy::start(server.port());
-    let c = Client::builder()
-        .standalone(proxy.url())
-        .command_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap();
+    let c = proxied(&proxy, None).await;
     let name = "sem:lost";
     let sem = c.semaphore(name);
     assert!(sem.try_set_permits(3).await.unwrap());
@@ -592,13 +592,7 @@ async fn expirable_acquires_resent_or_cancelled_take_each_permit_once() {
     let server = RedisServer::start();
     let mut raw = server.conn();
     let proxy = Proxy::start(server.port());
-    let c = Client::builder()
-        .standalone(proxy.url())
-        .command_timeout(Duration::from_millis(300))
-        .watchdog_timeout(Duration::from_millis(900))
-        .build()
-        .await
-        .unwrap();
+    let c = proxied(&proxy, Some(Duration::from_millis(900))).await;
     let name = "pes:resend";
     let sem = c.expirable_semaphore(name);
     assert!(sem.try_set_permits(3).await.unwrap());
@@ -738,25 +732,13 @@ async fn a_waiting_acquire_rides_out_a_failing_connection() {
     let server = RedisServer::start();
     let mut raw = server.conn();
     let proxy = Proxy::start(server.port());
-    let c = Client::builder()
-        .standalone(proxy.url())
-        .command_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap();
+    let c = proxied(&proxy, None).await;
     let name = "sem:outage";
     let sem = c.semaphore(name);
     assert!(sem.try_set_permits(0).await.unwrap());
     let s = sem.clone();
     let waiter = tokio::spawn(async move { s.acquire(1).await });
-    wait_until(Duration::from_secs(10), "the waiter subscribed", || {
-        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("redisson_sc:{sem:outage}")
-            .query(&mut raw)
-            .unwrap();
-        n[0].1 == 1
-    });
+    support::wait_subscribed(&mut raw, "redisson_sc:{sem:outage}");
     // Requests are lost from now on; a message makes the waiter look again, and its attempt
     // is lost; its connection is then reset under it.
     proxy.set_blackhole_requests(true);
@@ -787,12 +769,7 @@ async fn a_resent_expirable_acquire_counts_its_validity_from_the_first_send() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let monitor = support::Monitor::start(server.port());
-    let c = Client::builder()
-        .standalone(proxy.url())
-        .command_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap();
+    let c = proxied(&proxy, None).await;
     let name = "pes:first-send";
     let sem = c.expirable_semaphore(name);
     assert!(sem.try_set_permits(1).await.unwrap());

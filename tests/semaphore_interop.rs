@@ -294,11 +294,7 @@ async fn java_and_rust_share_semaphores_and_latches() {
 async fn java_and_rust_share_semaphores_and_latches_on_a_cluster() {
     let cluster = RedisCluster::start();
     let peer = JavaPeer::start(&JavaOptions::new(JavaTopology::Cluster(cluster.urls())));
-    let c = Client::builder()
-        .cluster(cluster.urls())
-        .build()
-        .await
-        .unwrap();
+    let c = cluster.client().await;
     permits_shared_with_java(&peer, &c, "sem:cluster").await;
     permits_shared_with_java(&peer, &c, "{tag}sem").await;
     let nodes: Vec<&RedisServer> = cluster.nodes.iter().collect();

@@ -151,6 +151,15 @@ impl RedisCluster {
         out
     }
 
+    /// A fairlock client of this cluster with the default configuration.
+    pub async fn client(&self) -> fairlock::Client {
+        fairlock::Client::builder()
+            .cluster(self.urls())
+            .build()
+            .await
+            .unwrap_or_else(|e| panic!("cluster client: {e}"))
+    }
+
     /// `redis://127.0.0.1:PORT` of every node, in `nodes` order.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
