@@ -1,7 +1,8 @@
 -- `fairlock force-unlock NAME`: delete the lock whoever holds it, drop the dead waiters at the
 -- head of its queue, and tell the live head (and any plain-lock waiter) that it is free.
 --
--- KEYS[1] owner hash NAME, KEYS[2] queue Q, KEYS[3] deadline zset Z, KEYS[4] liveness zset L
+-- KEYS[1] owner hash NAME, KEYS[2] queue Q, KEYS[3] deadline zset Z, KEYS[4] liveness zset L,
+-- KEYS[5] grant requests hash G
 -- (a read-write lock's hash too: its `mode` field is not an owner, and it is announced with '1'
 -- on `redisson_rwlock:{NAME}` as well)
 -- ARGV[1] the lock's release channel; ARGV[2..] publish commands (PUBLISH and/or SPUBLISH)
@@ -17,6 +18,7 @@
 -- so the queue behind a live head is untouched.
 
 local name, queue, deadlines, liveness = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local grants = KEYS[5]
 local channel = ARGV[1]
 
 -- A read-write lock (RReadWriteLock: a `mode` field) announces on its own channel, whose
@@ -44,7 +46,7 @@ while head do
   if not reason then
     break
   end
-  drop_waiter(queue, deadlines, liveness, head)
+  drop_waiter(queue, deadlines, liveness, grants, head)
   dropped[#dropped + 1] = head
   dropped[#dropped + 1] = reason
   head = redis.call('LINDEX', queue, 0)

@@ -59,14 +59,16 @@ local function dead_reason(deadlines, liveness, known, field, now)
 end
 
 -- Takes `field` out of Q, Z and L.
-local function drop_waiter(queue, deadlines, liveness, field)
+local function drop_waiter(queue, deadlines, liveness, grants, field)
   redis.call('LREM', queue, 0, field)
   redis.call('ZREM', deadlines, field)
   redis.call('ZREM', liveness, field)
-  -- As the library's scripts do: with nobody queued, the liveness set has no live member (its TTL
-  -- may be minutes, PROTOCOL 7).
+  -- Its request for a direct hand-off (PROTOCOL 8) goes with it.
+  redis.call('HDEL', grants, field)
+  -- As the library's scripts do: with nobody queued, the liveness set and the requests have no
+  -- live member (their TTL may be minutes, PROTOCOL 7).
   if redis.call('LLEN', queue) == 0 then
-    redis.call('DEL', liveness)
+    redis.call('DEL', liveness, grants)
   end
 end
 

@@ -2,7 +2,8 @@
 -- as the prologue says), wherever it stands in the queue, and when the lock is free tell the new
 -- head that it may take it.
 --
--- KEYS[1] owner hash NAME, KEYS[2] queue Q, KEYS[3] deadline zset Z, KEYS[4] liveness zset L
+-- KEYS[1] owner hash NAME, KEYS[2] queue Q, KEYS[3] deadline zset Z, KEYS[4] liveness zset L,
+-- KEYS[5] grant requests hash G
 -- ARGV[1] the lock's release channel; ARGV[2..] publish commands (PUBLISH and/or SPUBLISH)
 --
 -- Reply: {{field, reason, ...} removed, the head that was told (or ''), its receivers,
@@ -14,6 +15,7 @@
 -- command, not a hot path.
 
 local name, queue, deadlines, liveness = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local grants = KEYS[5]
 local channel = ARGV[1]
 
 local had_queue = (redis.call('EXISTS', queue) + redis.call('EXISTS', deadlines)) > 0
@@ -26,7 +28,7 @@ for _, field in ipairs(redis.call('LRANGE', queue, 0, -1)) do
     seen[field] = true
     local reason = dead_reason(deadlines, liveness, known, field, now)
     if reason then
-      drop_waiter(queue, deadlines, liveness, field)
+      drop_waiter(queue, deadlines, liveness, grants, field)
       removed[#removed + 1] = field
       removed[#removed + 1] = reason
     end

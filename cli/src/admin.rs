@@ -156,6 +156,7 @@ pub async fn force_unlock(
         .key(keys.queue())
         .key(keys.deadlines())
         .key(keys.liveness())
+        .key(keys.grants())
         .arg(keys.channel());
     for cmd in &session.publish {
         inv.arg(*cmd);
@@ -223,6 +224,7 @@ pub async fn purge_dead(session: &mut Session, name: &str, json: bool) -> Result
         .key(keys.queue())
         .key(keys.deadlines())
         .key(keys.liveness())
+        .key(keys.grants())
         .arg(keys.channel());
     for cmd in &session.publish {
         inv.arg(*cmd);

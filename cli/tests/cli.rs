@@ -576,6 +576,9 @@ async fn force_unlock_and_purge_dead_wake_the_right_waiter() {
         .zadd(deadlines_key(name), &ghost, now + 300_000)
         .unwrap();
     let _: () = raw.lpush(queue_key(name), &ghost).unwrap();
+    // A grant request of the ghost's (PROTOCOL 8): dropped with it.
+    let grants = format!("fairlock_grants:{{{name}}}");
+    let _: () = raw.hset(&grants, &ghost, "5000:0:1").unwrap();
     // On a terminal it asks first: "n" changes nothing (exit 4), "y" goes ahead.
     let run = cli_on_terminal(&["--url", &url, "force-unlock", name], "n\n").await;
     assert_eq!(run.code, 4, "{run:?}");
@@ -603,6 +606,8 @@ async fn force_unlock_and_purge_dead_wake_the_right_waiter() {
         )),
         "{text}"
     );
+    assert!(!raw.hexists::<_, _, bool>(&grants, &ghost).unwrap());
+    assert!(!raw.hexists::<_, _, bool>(&grants, &ghost).unwrap());
     let g = joined(
         waiting,
         Duration::from_secs(10),
@@ -628,6 +633,12 @@ async fn force_unlock_and_purge_dead_wake_the_right_waiter() {
     let ghost = format!("{}:777", uuid_of(&other));
     java_queue(&mut raw, name, &ghost, 300_000);
     java_queue(&mut raw, name, &java(4), 300_000);
+    let grants = format!("fairlock_grants:{{{name}}}");
+    assert!(
+        raw.hexists::<_, _, bool>(&grants, &ours_field).unwrap(),
+        "our waiter asked for a direct hand-off"
+    );
+    let _: () = raw.hset(&grants, &ghost, "5000:0:1").unwrap();
     let report = cli(&["--url", &url, "--json", "purge-dead", name])
         .await
         .ok()
@@ -658,6 +669,9 @@ async fn force_unlock_and_purge_dead_wake_the_right_waiter() {
     assert_eq!(report["queue_length"], 2);
     let left: Vec<String> = raw.lrange(queue_key(name), 0, -1).unwrap();
     assert_eq!(left, [ours_field.clone(), java(4)]);
+    // The ghost's grant request went with it; our live waiter's stays.
+    let requests: Vec<String> = raw.hkeys(&grants).unwrap();
+    assert_eq!(requests, std::slice::from_ref(&ours_field));
     let run = cli(&["--url", &url, "purge-dead", name]).await;
     assert!(run.ok().stdout.contains("nothing to purge"), "{run:?}");
 
