@@ -318,15 +318,10 @@ async fn preferring_client(url: &str) -> Client {
 
 /// Waits until the writer-preferring queue of `rw` holds `n` waiters.
 async fn queued(rw: &fairlock::ReadWriteLock, n: usize) {
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        let len = rw.state().await.unwrap().queue.len();
-        if len == n {
-            return;
-        }
-        assert!(Instant::now() < until, "queue length {len}, expected {n}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    support::wait_until_async(Duration::from_secs(10), &format!("{n} queued"), || async {
+        rw.state().await.unwrap().queue.len() == n
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
