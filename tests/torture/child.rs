@@ -285,6 +285,61 @@ impl ChildCtx {
         });
     }
 
+    /// A new call id, `<proc>.<n>`.
+    fn call_id(&self) -> String {
+        format!(
+            "{}.{}",
+            self.proc,
+            self.next_call.fetch_add(1, Ordering::SeqCst)
+        )
+    }
+
+    /// Runs one call (cut off after `cancel_after`, as a caller's `timeout()` would) and sorts
+    /// what it gave: when it ended (read at once), the outcome to record, the value when granted
+    /// and the error's text. Counts the outcome (and the error) with `kind` in front ("" for the
+    /// locks, "sem ", "multi ").
+    pub async fn run_call<T>(
+        &self,
+        kind: &str,
+        id: &str,
+        cancel_after: Option<Duration>,
+        run: impl std::future::Future<Output = fairlock::Result<Option<T>>>,
+    ) -> (u64, Outcome, Option<T>, String) {
+        let run = run.instrument(tracing::info_span!("torture_call", id = %id));
+        let result = match cancel_after {
+            Some(d) => tokio::time::timeout(d, run).await.ok(),
+            None => Some(run.await),
+        };
+        let t = mono_ns();
+        let (outcome, value, detail) = match result {
+            None => (Outcome::Cancelled, None, String::new()),
+            Some(Ok(Some(v))) => (Outcome::Granted, Some(v), String::new()),
+            Some(Ok(None)) => (Outcome::TimedOut, None, String::new()),
+            Some(Err(e)) if e.is_shutdown() => (Outcome::Shutdown, None, String::new()),
+            Some(Err(e)) => {
+                if matches!(e, fairlock::Error::UpgradeRefused { .. }) {
+                    // A holder shared on purpose reads in one task and asks to write in another.
+                    self.count("upgrade refused");
+                } else {
+                    let text = format!(
+                        "{e}: {:?}",
+                        std::error::Error::source(&e).map(|s| s.to_string())
+                    );
+                    self.count(&format!(
+                        "error {kind}{}",
+                        text.chars().take(60).collect::<String>()
+                    ));
+                }
+                (Outcome::Error, None, format!("{e}"))
+            }
+        };
+        self.count(&format!(
+            "outcome {kind}{}",
+            format!("{outcome:?}").to_lowercase()
+        ));
+        (t, outcome, value, detail)
+    }
+
     /// Runs one acquisition call and records it. `Some((guard, call id))` when granted.
     #[allow(clippy::too_many_arguments)]
     pub async fn acquire(
@@ -296,11 +351,7 @@ impl ChildCtx {
         reentrant: bool,
         acq: Acq,
     ) -> (Option<(LockGuard, String)>, Outcome) {
-        let id = format!(
-            "{}.{}",
-            self.proc,
-            self.next_call.fetch_add(1, Ordering::SeqCst)
-        );
+        let id = self.call_id();
         let mut field = format!("{}:{holder}", client.0.id());
         if h.kind() == Kind::Write {
             field.push_str(":write");
@@ -326,40 +377,8 @@ impl ChildCtx {
             Kind::Write => self.count("call rw write"),
             Kind::Fair | Kind::Plain => {}
         }
-        let run = h
-            .run(&acq)
-            .instrument(tracing::info_span!("torture_call", id = %id));
-        let result = match acq.cancel_after {
-            Some(d) => tokio::time::timeout(d, run).await.ok(),
-            None => Some(run.await),
-        };
-        let t = mono_ns();
-        let (outcome, guard, detail) = match result {
-            None => (Outcome::Cancelled, None, String::new()),
-            Some(Ok(Some(g))) => (Outcome::Granted, Some(g), String::new()),
-            Some(Ok(None)) => (Outcome::TimedOut, None, String::new()),
-            Some(Err(e)) if e.is_shutdown() => (Outcome::Shutdown, None, String::new()),
-            Some(Err(e)) => {
-                if matches!(e, fairlock::Error::UpgradeRefused { .. }) {
-                    // A holder shared on purpose reads in one task and asks to write in another.
-                    self.count("upgrade refused");
-                } else {
-                    let text = format!(
-                        "{e}: {:?}",
-                        std::error::Error::source(&e).map(|s| s.to_string())
-                    );
-                    self.count(&format!(
-                        "error {}",
-                        text.chars().take(60).collect::<String>()
-                    ));
-                }
-                (Outcome::Error, None, format!("{e}"))
-            }
-        };
-        self.count(&format!(
-            "outcome {}",
-            format!("{outcome:?}").to_lowercase()
-        ));
+        let (t, outcome, guard, detail) =
+            self.run_call("", &id, acq.cancel_after, h.run(&acq)).await;
         let (token, vu) = match &guard {
             Some(g) => (g.fencing_token(), Some(self.clock.ns(g.valid_until()))),
             None => (None, None),
@@ -752,11 +771,7 @@ async fn sem_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String), plai
         Some(_) if ctx.has("cancel") && rng.chance(0.15) => Some(rng.ms(0, 300)),
         Some(_) => None,
     };
-    let id = format!(
-        "{}.{}",
-        ctx.proc,
-        ctx.next_call.fetch_add(1, Ordering::SeqCst)
-    );
+    let id = ctx.call_id();
     ctx.log.log(Event::Call {
         id: id.clone(),
         proc: ctx.proc.clone(),
@@ -794,30 +809,10 @@ async fn sem_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String), plai
                     .map(|p| p.map(Taken::Expirable)),
             }
         }
-    }
-    .instrument(tracing::info_span!("torture_call", id = %id));
-    let result = match cancel_after {
-        Some(d) => tokio::time::timeout(d, run).await.ok(),
-        None => Some(run.await),
     };
-    let t = mono_ns();
-    let (outcome, permits, detail) = match result {
-        None => (Outcome::Cancelled, None, String::new()),
-        Some(Ok(Some(p))) => (Outcome::Granted, Some(p), String::new()),
-        Some(Ok(None)) => (Outcome::TimedOut, None, String::new()),
-        Some(Err(e)) if e.is_shutdown() => (Outcome::Shutdown, None, String::new()),
-        Some(Err(e)) => {
-            ctx.count(&format!(
-                "error {kind} {}",
-                e.to_string().chars().take(50).collect::<String>()
-            ));
-            (Outcome::Error, None, format!("{e}"))
-        }
-    };
-    ctx.count(&format!(
-        "outcome {kind} {}",
-        format!("{outcome:?}").to_lowercase()
-    ));
+    let (t, outcome, permits, detail) = ctx
+        .run_call(&format!("{kind} "), &id, cancel_after, run)
+        .await;
     ctx.log.log(Event::End {
         id: id.clone(),
         t,
@@ -894,15 +889,7 @@ async fn multi_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
     }
     let members: Vec<(String, Holder, String)> = names
         .iter()
-        .map(|name| {
-            let holder = client.0.holder();
-            let id = format!(
-                "{}.{}",
-                ctx.proc,
-                ctx.next_call.fetch_add(1, Ordering::SeqCst)
-            );
-            (name.to_string(), holder, id)
-        })
+        .map(|name| (name.to_string(), client.0.holder(), ctx.call_id()))
         .collect();
     let acq = random_acq(&mut rng, ctx);
     let t0 = mono_ns();
@@ -933,30 +920,10 @@ async fn multi_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
             AcqKind::Lease(d) => multi.lock_with_lease(d).await.map(Some),
             AcqKind::Try(w, d) => multi.try_lock(w, d).await,
         }
-    }
-    .instrument(tracing::info_span!("torture_call", id = %members[0].2));
-    let result = match acq.cancel_after {
-        Some(d) => tokio::time::timeout(d, run).await.ok(),
-        None => Some(run.await),
     };
-    let t = mono_ns();
-    let (outcome, guard, detail) = match result {
-        None => (Outcome::Cancelled, None, String::new()),
-        Some(Ok(Some(g))) => (Outcome::Granted, Some(g), String::new()),
-        Some(Ok(None)) => (Outcome::TimedOut, None, String::new()),
-        Some(Err(e)) if e.is_shutdown() => (Outcome::Shutdown, None, String::new()),
-        Some(Err(e)) => {
-            ctx.count(&format!(
-                "error multi {}",
-                e.to_string().chars().take(50).collect::<String>()
-            ));
-            (Outcome::Error, None, format!("{e}"))
-        }
-    };
-    ctx.count(&format!(
-        "outcome multi {}",
-        format!("{outcome:?}").to_lowercase()
-    ));
+    let (t, outcome, guard, detail) = ctx
+        .run_call("multi ", &members[0].2, acq.cancel_after, run)
+        .await;
     let guards: Vec<Option<LockGuard>> = match guard {
         Some(g) => {
             let mut by_name: Vec<Option<LockGuard>> = Vec::new();
