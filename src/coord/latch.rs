@@ -185,9 +185,13 @@ impl CountDownLatch {
 
     async fn wait_until(&self, deadline: Option<Instant>) -> Result<bool> {
         self.check()?;
-        let open = wait_on(&self.core.inner, &self.core.channel, deadline, || async {
-            Ok((self.count().await? == 0).then_some(()).into())
-        })
+        let open = wait_on(
+            &self.core.inner,
+            &self.core.channel,
+            None,
+            deadline,
+            || async { Ok((self.count().await? == 0).then_some(()).into()) },
+        )
         .await?;
         Ok(open.is_some())
     }

@@ -11,10 +11,12 @@
 //!   short-lived string in the name's slot, so the outcome of a call whose reply was lost can be
 //!   learnt, and a resend is applied at most once. A mark lives [`mark_ms`]; every retry of a
 //!   call stops well within that ([`settle_window`]).
-//! * **Waiting** ([`wait_on`]): a waiter re-checks after every message on the primitive's channel
-//!   (the subscriber's broadcast side: all waiters of this client wake) and otherwise sleeps; a
-//!   message can only be lost with the connection, whose reconnect wakes every waiter, and as a
-//!   last resort a waiter looks again every [`RECHECK`].
+//! * **Waiting** ([`wait_on`]): a latch's waiter re-checks after every message on its channel
+//!   (the subscriber's broadcast side: all waiters of this client wake); a semaphore's waiter
+//!   sleeps in line with the permits it needs and is woken only when a message's count can serve
+//!   it (`conn/subscriber/sleepers.rs`); otherwise they sleep. A message can only be lost with
+//!   the connection, whose reconnect wakes every waiter, and as a last resort a waiter looks
+//!   again every [`RECHECK`].
 //!
 //! This module must never resend a write without its mark.
 
@@ -163,6 +165,7 @@ impl<T> From<Option<T>> for Look<T> {
 pub(crate) async fn wait_on<T, F, Fut>(
     inner: &Inner,
     channel: &str,
+    need: Option<u64>,
     deadline: Option<Instant>,
     mut attempt: F,
 ) -> Result<Option<T>>
@@ -201,14 +204,26 @@ where
         }
     };
     let mail = subscription.mail().clone();
+    // A semaphore's waiter takes its place in line before its first attempt here, so a count
+    // published from then on either wakes it or is counted against a waiter that will look.
+    let slot = need.and_then(|n| Some(mail.sleepers()?.join(n)));
     let mut closed = inner.closed.subscribe();
     // Since when attempts fail with transient errors, and how many in a row.
     let mut failing: Option<(Instant, u32)> = None;
     loop {
         inner.check_open()?;
         let seen = mail.seq();
-        let recheck = match attempt().await {
-            Ok(Look::Ready(v)) => return Ok(Some(v)),
+        let looked = attempt().await;
+        if let Some(slot) = &slot {
+            slot.spent();
+        }
+        let recheck = match looked {
+            Ok(Look::Ready(v)) => {
+                if let Some(slot) = slot {
+                    slot.leave(mail.seq() != seen);
+                }
+                return Ok(Some(v));
+            }
             Ok(Look::NotYet(hint)) => {
                 failing = None;
                 hint.map_or(RECHECK, |h| h.clamp(Duration::from_millis(1), RECHECK))
@@ -240,8 +255,14 @@ where
             continue;
         }
         let nap = deadline.map_or(recheck, |d| (d - now).min(recheck));
+        let called = async {
+            match &slot {
+                Some(slot) => slot.woken().await,
+                None => woken.await,
+            }
+        };
         tokio::select! {
-            _ = &mut woken => {}
+            () = called => {}
             _ = tokio::time::sleep(nap) => {}
             _ = closed.wait_for(|c| *c) => return Err(Error::Shutdown),
         }

@@ -253,9 +253,13 @@ impl ExpirableSemaphore {
                 true,
             ),
         };
-        let taken = wait_on(&self.core.inner, &self.core.channel, deadline, || {
-            self.attempt(permits, lease_ms)
-        })
+        let taken = wait_on(
+            &self.core.inner,
+            &self.core.channel,
+            Some(u64::from(permits)),
+            deadline,
+            || self.attempt(permits, lease_ms),
+        )
         .await?;
         Ok(taken.map(|(ids, sent)| {
             let lease = Duration::from_millis(lease_ms as u64);

@@ -206,9 +206,13 @@ impl Semaphore {
         if permits == 0 {
             return Err(Error::invalid_argument("permits", "must be at least 1"));
         }
-        let taken = wait_on(&self.core.inner, &self.core.channel, deadline, || async {
-            Ok(self.attempt(permits).await?.into())
-        })
+        let taken = wait_on(
+            &self.core.inner,
+            &self.core.channel,
+            Some(permits.into()),
+            deadline,
+            || async { Ok(self.attempt(permits).await?.into()) },
+        )
         .await?;
         Ok(taken.map(|mark| Permits {
             semaphore: self.clone(),

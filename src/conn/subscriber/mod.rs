@@ -25,6 +25,7 @@
 
 mod registry;
 mod request;
+mod sleepers;
 mod task;
 mod transport;
 
@@ -39,6 +40,7 @@ use crate::conn::PubSubLink;
 use crate::error::{Error, Result};
 use registry::Registry;
 use request::Request;
+pub(crate) use sleepers::Sleepers;
 use task::Task;
 
 /// The state of a client's subscription connection (see [`Health`](crate::Health)).
@@ -89,9 +91,11 @@ impl Grant {
 /// counts one in [`seq`](Self::seq), which such a waiter reads before its attempt and checks
 /// before it sleeps, so a message that came in between is never missed (`notify_waiters` stores no
 /// permit). Its writers wait on [`notify`](Self::notify), one woken per message, as for a
-/// non-fair lock: only one of them can get in. A semaphore's and a count-down latch's channels
-/// have the broadcast side too, and all their waiters use it (a release of several permits may
-/// serve several waiters; a latch reaching zero opens for all).
+/// non-fair lock: only one of them can get in. A count-down latch's channel has the broadcast
+/// side too, and all its waiters use it (a latch reaching zero opens for all). A semaphore's
+/// channel counts its messages in `seq` as well, but its waiters sleep among its
+/// [`sleepers`](Self::sleepers): a message carrying the available count wakes only those it can
+/// serve (see `sleepers.rs`).
 #[derive(Debug, Default)]
 pub(crate) struct Mailbox {
     notify: Notify,
@@ -105,6 +109,8 @@ pub(crate) struct Mailbox {
     /// `(head, first writer)`, `None` after a wake-up without one (then every waiter looks).
     turns: bool,
     turn: Mutex<Option<(u64, u64)>>,
+    /// A semaphore's channel: its waiters, woken by the counts its messages carry.
+    sleepers: Option<Arc<Sleepers>>,
 }
 
 impl Mailbox {
@@ -117,12 +123,14 @@ impl Mailbox {
                 .is_some_and(|rest| rest.starts_with(':'))
         };
         let turns = under(crate::keys::RW_TURNS_PREFIX);
+        let semaphore = under(crate::keys::SEMAPHORE_CHANNEL_PREFIX);
         Mailbox {
             broadcast: turns
+                || semaphore
                 || under(crate::keys::RW_CHANNEL_PREFIX)
-                || under(crate::keys::SEMAPHORE_CHANNEL_PREFIX)
                 || channel.starts_with(crate::keys::COUNT_DOWN_CHANNEL_PREFIX),
             turns,
+            sleepers: semaphore.then(Arc::default),
             ..Mailbox::default()
         }
     }
@@ -143,6 +151,11 @@ impl Mailbox {
         &self.readers
     }
 
+    /// A semaphore channel's waiters (`None` for any other channel).
+    pub(crate) fn sleepers(&self) -> Option<&Arc<Sleepers>> {
+        self.sleepers.as_ref()
+    }
+
     /// Messages (and wake-ups) the broadcast side has had so far.
     pub(crate) fn seq(&self) -> u64 {
         self.seq.load(std::sync::atomic::Ordering::SeqCst)
@@ -157,6 +170,9 @@ impl Mailbox {
         if self.broadcast {
             self.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             self.readers.notify_waiters();
+        }
+        if let Some(sleepers) = &self.sleepers {
+            sleepers.wake_all();
         }
         self.notify.notify_one();
     }
@@ -175,6 +191,19 @@ impl Mailbox {
             self.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             self.readers.notify_waiters();
             return;
+        }
+        if let Some(sleepers) = &self.sleepers {
+            // A semaphore's message is its available count (PROTOCOL 11): wake whom it serves.
+            let count = std::str::from_utf8(payload)
+                .ok()
+                .and_then(|text| text.trim().parse::<i64>().ok());
+            if let Some(count) = count {
+                self.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                self.readers.notify_waiters();
+                sleepers.counted(count);
+                self.notify.notify_one();
+                return;
+            }
         }
         self.wake();
     }

@@ -1,0 +1,263 @@
+//! The waiters of one semaphore channel in this client (PROTOCOL 11): they sleep in arrival
+//! order, each with the number of permits it needs, and a message carrying the available count
+//! wakes only the waiters whose needs fit into that count, in that order, rather than every
+//! waiter of the client (which then all ran an acquire script for a single free permit). A
+//! Redisson JVM likewise wakes "up to that many" of its waiters.
+//!
+//! Invariant: a count is never left unclaimed by this client's waiters because of how they were
+//! woken. Enforced by:
+//! * waiters already woken (and not yet through the attempt it is for) count against a count
+//!   before anybody else is woken, so one message never wakes more than it can serve;
+//! * a waiter whose attempt saw a message arrive while it ran tries again at once (the
+//!   mailbox's message counter, checked by `coord::wait_on` before it sleeps);
+//! * a waiter that leaves (permits taken, cancelled mid-attempt, out of time, failed) while it
+//!   was woken, or after a message came during its last attempt, hands the wake-up on: the
+//!   waiters behind it are chosen again against the last count seen;
+//! * a wake-up that is not a count (a reconnect, a heartbeat's finding, a payload this client
+//!   cannot read) wakes every waiter.
+//!
+//! A wrong guess costs one script call (a waiter that finds the permits gone sleeps again) and
+//! a missed one at most `coord::RECHECK`, never a permit: the scripts decide, not the wake-ups.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+
+/// One waiting call.
+#[derive(Debug)]
+struct Sleeper {
+    need: u64,
+    notify: Notify,
+    /// Woken by a count, and not yet through the attempt that wake-up is for.
+    armed: AtomicBool,
+}
+
+/// The waiters of one channel, in arrival order.
+#[derive(Debug)]
+pub(crate) struct Sleepers {
+    queue: Mutex<Vec<Arc<Sleeper>>>,
+    /// The last count a message carried (`i64::MIN`: none yet, or one this client cannot read).
+    last: AtomicI64,
+}
+
+impl Default for Sleepers {
+    fn default() -> Self {
+        Sleepers {
+            queue: Mutex::default(),
+            last: AtomicI64::new(i64::MIN),
+        }
+    }
+}
+
+fn lock(queue: &Mutex<Vec<Arc<Sleeper>>>) -> MutexGuard<'_, Vec<Arc<Sleeper>>> {
+    queue.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Sleepers {
+    /// Registers a waiter that needs `need` permits, behind every waiter registered before it.
+    pub(crate) fn join(self: &Arc<Self>, need: u64) -> SleeperSlot {
+        let sleeper = Arc::new(Sleeper {
+            need: need.max(1),
+            notify: Notify::new(),
+            armed: AtomicBool::new(false),
+        });
+        lock(&self.queue).push(sleeper.clone());
+        SleeperSlot {
+            sleepers: self.clone(),
+            sleeper,
+            done: false,
+        }
+    }
+
+    /// A message carried the available count `count`: wakes the waiters it can serve.
+    pub(crate) fn counted(&self, count: i64) {
+        self.last.store(count, Ordering::SeqCst);
+        self.wake_for(u64::try_from(count).unwrap_or(0));
+    }
+
+    /// A wake-up that is not a count: every waiter looks.
+    pub(crate) fn wake_all(&self) {
+        self.last.store(i64::MIN, Ordering::SeqCst);
+        for s in lock(&self.queue).iter() {
+            s.armed.store(true, Ordering::SeqCst);
+            s.notify.notify_one();
+        }
+    }
+
+    /// Wakes, in arrival order, the waiters whose needs fit into `available`; those already
+    /// woken count against it first.
+    fn wake_for(&self, available: u64) {
+        let queue = lock(&self.queue);
+        let mut left = available;
+        for s in queue.iter().filter(|s| s.armed.load(Ordering::SeqCst)) {
+            left = left.saturating_sub(s.need);
+        }
+        for s in queue.iter() {
+            if left == 0 {
+                break;
+            }
+            if s.need > left || s.armed.load(Ordering::SeqCst) {
+                continue;
+            }
+            left -= s.need;
+            s.armed.store(true, Ordering::SeqCst);
+            s.notify.notify_one();
+        }
+    }
+
+    /// Chooses again against the last count seen (every waiter when there was none).
+    fn hand_on(&self) {
+        match self.last.load(Ordering::SeqCst) {
+            i64::MIN => self.wake_all(),
+            count => self.wake_for(u64::try_from(count).unwrap_or(0)),
+        }
+    }
+
+    /// How many waiters are registered (tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.queue).len()
+    }
+}
+
+/// A waiting call's place among the [`Sleepers`]; leaving it (drop) hands a pending wake-up on.
+#[derive(Debug)]
+pub(crate) struct SleeperSlot {
+    sleepers: Arc<Sleepers>,
+    sleeper: Arc<Sleeper>,
+    /// Left with nothing to hand on.
+    done: bool,
+}
+
+impl SleeperSlot {
+    /// Returns once the waiter was woken since it last came here (at once if it was meanwhile).
+    pub(crate) async fn woken(&self) {
+        self.sleeper.notify.notified().await;
+    }
+
+    /// The attempt a wake-up was for has run and found nothing: the wake-up is spent.
+    pub(crate) fn spent(&self) {
+        self.sleeper.armed.store(false, Ordering::SeqCst);
+    }
+
+    /// The call leaves; `messages_meanwhile`: a message came while its last attempt ran (it may
+    /// have been counted against this waiter), so the others are chosen again.
+    pub(crate) fn leave(mut self, messages_meanwhile: bool) {
+        self.done = !messages_meanwhile && !self.sleeper.armed.load(Ordering::SeqCst);
+    }
+}
+
+impl Drop for SleeperSlot {
+    fn drop(&mut self) {
+        lock(&self.sleepers.queue).retain(|s| !Arc::ptr_eq(s, &self.sleeper));
+        if !self.done || self.sleeper.armed.load(Ordering::SeqCst) {
+            self.sleepers.hand_on();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::future::Future;
+
+    /// Whether `slot` was woken (a stored wake-up is taken).
+    fn woken(slot: &SleeperSlot) -> bool {
+        let fut = slot.woken();
+        tokio::pin!(fut);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        fut.as_mut().poll(&mut cx).is_ready()
+    }
+
+    #[test]
+    fn a_count_wakes_only_the_waiters_it_can_serve_in_arrival_order() {
+        let s = Arc::new(Sleepers::default());
+        let a = s.join(2);
+        let b = s.join(1);
+        let c = s.join(1);
+        let d = s.join(1);
+        s.counted(1);
+        // a needs 2: skipped; b fits; nobody else.
+        assert!(!woken(&a));
+        assert!(woken(&b));
+        assert!(!woken(&c));
+        assert!(!woken(&d));
+        // b has not been through its attempt yet: it counts against the next count first, so a
+        // count of 2 leaves room for one more waiter of 1 (a, needing 2, does not fit).
+        s.counted(2);
+        assert!(!woken(&a));
+        assert!(woken(&c));
+        assert!(!woken(&d));
+        for slot in [a, b, c, d] {
+            slot.leave(false);
+        }
+    }
+
+    #[test]
+    fn woken_waiters_count_against_the_next_count_and_spent_ones_do_not() {
+        let s = Arc::new(Sleepers::default());
+        let a = s.join(1);
+        let b = s.join(1);
+        let c = s.join(1);
+        s.counted(1);
+        assert!(woken(&a));
+        // a is still armed: a count of 1 is a's, nobody else wakes.
+        s.counted(1);
+        assert!(!woken(&b) && !woken(&c));
+        // a's attempt found nothing: the next count of 1 goes to a again (first in line).
+        a.spent();
+        s.counted(1);
+        assert!(woken(&a));
+        assert!(!woken(&b));
+        // A count of 3 serves a (armed), b and c.
+        s.counted(3);
+        assert!(woken(&b) && woken(&c));
+        for slot in [a, b, c] {
+            slot.leave(false);
+        }
+        assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn a_woken_waiter_that_leaves_hands_its_wake_up_on() {
+        let s = Arc::new(Sleepers::default());
+        let a = s.join(1);
+        let b = s.join(1);
+        s.counted(1);
+        assert!(woken(&a) && !woken(&b));
+        // Cancelled before its attempt ran: b gets the wake-up.
+        drop(a);
+        assert!(woken(&b));
+        // A waiter that got its permits with no message meanwhile hands nothing on.
+        let c = s.join(1);
+        b.spent();
+        s.counted(0);
+        assert!(!woken(&c));
+        b.leave(false);
+        assert!(!woken(&c), "b left with nothing to hand on");
+        // One that saw a message during its attempt has the others chosen again.
+        let d = s.join(1);
+        s.counted(2);
+        assert!(woken(&c) && woken(&d));
+        c.spent();
+        d.leave(true);
+        assert!(woken(&c), "the last count (2) still has room for c");
+        c.leave(false);
+        assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn a_wake_up_without_a_count_wakes_everyone() {
+        let s = Arc::new(Sleepers::default());
+        let a = s.join(5);
+        let b = s.join(1);
+        s.wake_all();
+        assert!(woken(&a) && woken(&b));
+        // With no count known, a waiter that leaves woken wakes everyone again.
+        drop(a);
+        assert!(woken(&b));
+        b.leave(false);
+    }
+}
