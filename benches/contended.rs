@@ -405,11 +405,7 @@ async fn worker() {
 
 fn parent() {
     let quick = common::quick();
-    let secs: f64 = std::env::var("FAIRLOCK_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(if quick { 1.0 } else { 10.0 });
-    let duration = Duration::from_secs_f64(secs);
+    let duration = common::run_secs(1.0, 10.0);
     common::header("contended", quick);
     println!(
         "C = {CONTENDERS:?} contenders split over 2 processes, {duration:?} per run, the two SET NX baselines then FairLock per C"

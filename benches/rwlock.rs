@@ -265,12 +265,7 @@ async fn run_once(url: &str, variant: Variant, read_share: f64, secs: Duration) 
 
 fn main() {
     let quick = common::quick();
-    let secs = Duration::from_secs(
-        std::env::var("FAIRLOCK_BENCH_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(if quick { 1 } else { 5 }),
-    );
+    let secs = common::run_secs(1.0, 5.0);
     let rounds = if quick { 1 } else { 3 };
     common::header("rwlock", quick);
     println!(

@@ -50,6 +50,15 @@ async fn bounded<T>(seed: u64, what: &str, fut: impl std::future::Future<Output 
         .unwrap_or_else(|_| panic!("seed {seed}: {what} took over {CALL_BOUND:?}"))
 }
 
+/// The sum of what the worker tasks report (each its number of holds).
+async fn joined_total(tasks: Vec<tokio::task::JoinHandle<u32>>) -> u32 {
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    total
+}
+
 /// Counts what is in use and fails the moment it goes over `limit`.
 #[derive(Clone)]
 struct Meter {
@@ -180,10 +189,7 @@ async fn semaphores_used_every_which_way_on_one_thread() {
             got
         }));
     }
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.unwrap();
-    }
+    let total = joined_total(tasks).await;
     assert!(total > 50, "seed {seed}: only {total} acquisitions");
     assert!(
         meter.peak.load(Ordering::SeqCst) >= 2,
@@ -249,10 +255,7 @@ async fn expirable_permits_used_every_which_way_on_one_thread() {
             got
         }));
     }
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.unwrap();
-    }
+    let total = joined_total(tasks).await;
     assert!(total > 20, "seed {seed}: only {total} acquisitions");
     support::wait_until_async(Duration::from_secs(10), "every permit back", || async {
         sem.available().await.unwrap() == 2 && sem.acquired().await.unwrap() == 0
@@ -380,10 +383,7 @@ async fn read_write_locks_used_every_which_way_on_one_thread() {
             got
         }));
     }
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.unwrap();
-    }
+    let total = joined_total(tasks).await;
     assert!(total > 30, "seed {seed}: only {total} holds");
     support::wait_until_async(
         Duration::from_secs(10),
@@ -461,10 +461,7 @@ async fn multi_locks_and_latches_on_one_thread() {
     b.unwrap();
     assert!(c.unwrap(), "seed {seed}: the latch opened");
     counter.await.unwrap();
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.unwrap();
-    }
+    let total = joined_total(tasks).await;
     assert!(total > 10, "seed {seed}: only {total} multi-lock holds");
     support::wait_until_async(Duration::from_secs(10), "nothing left", || async {
         let mut raw = raw.clone();

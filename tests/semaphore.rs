@@ -331,11 +331,11 @@ async fn a_release_wakes_the_waiters_it_can_serve_and_no_wake_up_is_lost() {
     let acquisitions = (WAITERS * ROUNDS) as u64;
     eprintln!("{scripts} script calls for {acquisitions} acquisitions; slowest call {slowest:?}");
     // Per acquisition: its release, its successful attempt, the first attempt of each call
-    // (made before it sleeps), one attempt that lost the race to the releaser's next call, and
-    // the cancelled calls' attempts and give-backs: about 5.5 measured; waking every waiter on
-    // each release made it about 12.
+    // (made before it sleeps), one attempt that lost the race to the releaser's next call, a
+    // greedy call woken to look when it is ahead in line, and the cancelled calls' attempts and
+    // give-backs: 4.5-6.5 measured; waking every waiter on each release made it about 12.
     assert!(
-        scripts <= 8 * acquisitions,
+        scripts <= 9 * acquisitions,
         "{scripts} script calls for {acquisitions} acquisitions"
     );
     // Both permits for one greedy call once a second permit is added; then for the other.

@@ -31,6 +31,15 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
+/// The length of one run: `FAIRLOCK_BENCH_SECS` when set, else `quick` or `full` seconds.
+pub fn run_secs(quick: f64, full: f64) -> Duration {
+    let secs = std::env::var("FAIRLOCK_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if self::quick() { quick } else { full });
+    Duration::from_secs_f64(secs)
+}
+
 /// Wall-clock microseconds since the Unix epoch. Every process on the machine reads the same clock,
 /// so records from two processes can be merged on it.
 pub fn now_us() -> u64 {

@@ -14,7 +14,10 @@
 //!   was woken, or after a message came during its last attempt, hands the wake-up on: the
 //!   waiters behind it are chosen again against the last count seen;
 //! * a wake-up that is not a count (a reconnect, a heartbeat's finding, a payload this client
-//!   cannot read) wakes every waiter.
+//!   cannot read) wakes every waiter;
+//! * a count may be less than what is available (Redisson publishes how many permits some calls
+//!   returned, not the new count): the first waiter passed over because it needs more is woken
+//!   too, to look.
 //!
 //! A wrong guess costs one script call (a waiter that finds the permits gone sleeps again) and
 //! a missed one at most `coord::RECHECK`, never a permit: the scripts decide, not the wake-ups.
@@ -86,21 +89,32 @@ impl Sleepers {
     }
 
     /// Wakes, in arrival order, the waiters whose needs fit into `available`; those already
-    /// woken count against it first.
+    /// woken count against it first. The first waiter passed over because it needs more than
+    /// was left is woken too, to look: a Redisson client publishes how many permits it returned
+    /// (`tryRelease` of several ids, `addPermits`), which can be less than what is available.
     fn wake_for(&self, available: u64) {
         let queue = lock(&self.queue);
         let mut left = available;
         for s in queue.iter().filter(|s| s.armed.load(Ordering::SeqCst)) {
             left = left.saturating_sub(s.need);
         }
+        let mut probe = None;
         for s in queue.iter() {
             if left == 0 {
                 break;
             }
-            if s.need > left || s.armed.load(Ordering::SeqCst) {
+            if s.armed.load(Ordering::SeqCst) {
+                continue;
+            }
+            if s.need > left {
+                probe = probe.or(Some(s));
                 continue;
             }
             left -= s.need;
+            s.armed.store(true, Ordering::SeqCst);
+            s.notify.notify_one();
+        }
+        if let Some(s) = probe {
             s.armed.store(true, Ordering::SeqCst);
             s.notify.notify_one();
         }
@@ -136,7 +150,7 @@ impl SleeperSlot {
         self.sleeper.notify.notified().await;
     }
 
-    /// The attempt a wake-up was for has run and found nothing: the wake-up is spent.
+    /// An attempt has run: the wake-up it was for, if any, is spent.
     pub(crate) fn spent(&self) {
         self.sleeper.armed.store(false, Ordering::SeqCst);
     }
@@ -179,17 +193,24 @@ mod tests {
         let c = s.join(1);
         let d = s.join(1);
         s.counted(1);
-        // a needs 2: skipped; b fits; nobody else.
-        assert!(!woken(&a));
+        // a needs 2: passed over, but woken to look (the count may be a Redisson delta); b
+        // fits; nobody else.
+        assert!(woken(&a));
         assert!(woken(&b));
         assert!(!woken(&c));
         assert!(!woken(&d));
-        // b has not been through its attempt yet: it counts against the next count first, so a
-        // count of 2 leaves room for one more waiter of 1 (a, needing 2, does not fit).
+        // a found 1, not 2: spent. b has not been through its attempt yet: it counts against
+        // the next count first, so a count of 2 leaves room for one waiter of 1 (c), and a is
+        // woken to look again as the first one passed over.
+        a.spent();
         s.counted(2);
-        assert!(!woken(&a));
         assert!(woken(&c));
         assert!(!woken(&d));
+        assert!(woken(&a));
+        // Nothing left over: nobody passed over, nobody woken.
+        a.spent();
+        s.counted(1);
+        assert!(!woken(&a) && !woken(&d));
         for slot in [a, b, c, d] {
             slot.leave(false);
         }
