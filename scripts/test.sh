@@ -24,6 +24,8 @@ echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 echo "== paths cited by the documents"
 bash scripts/check-doc-paths.sh
+echo "== layers and import cycles (docs/ARCHITECTURE.md)"
+python3 scripts/import-graph.py --layers --check
 echo "== the library with no features and with each feature alone (cargo-hack)"
 bash scripts/check-features.sh
 echo "== cargo publish --dry-run (the library, and the CLI against the packaged library)"

@@ -11,7 +11,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::sentinel::SentinelNodeConnectionInfo;
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
-use crate::error::{duration_ms, Error, Result};
+use crate::error::{Error, Result};
 
 /// The longest duration fairlock sends to Redis (a lease, the watchdog timeout, the waiter
 /// liveness window, the Redisson wait, a timeout): 10^12 ms, about 31.7 years. Longer ones are
@@ -772,6 +772,27 @@ impl Builder {
             metrics_lock_names: self.metrics_lock_names,
         })
     }
+}
+
+/// Converts a duration to whole milliseconds for Redis, rejecting zero and values beyond `i64` ms.
+pub(crate) fn duration_ms(argument: &'static str, d: Duration) -> Result<i64> {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return Err(Error::invalid_argument(
+            argument,
+            format!("{d:?} is shorter than one millisecond"),
+        ));
+    }
+    if d > MAX_DURATION {
+        return Err(Error::invalid_argument(
+            argument,
+            format!(
+                "{d:?} is longer than the longest duration sent to Redis ({:?})",
+                MAX_DURATION
+            ),
+        ));
+    }
+    Ok(ms as i64)
 }
 
 #[cfg(test)]

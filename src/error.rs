@@ -104,7 +104,7 @@ pub enum Error {
         /// The lock name.
         name: String,
         /// Why the lock can no longer be trusted.
-        reason: crate::LostReason,
+        reason: LostReason,
     },
 }
 
@@ -246,27 +246,6 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
 /// `Result` with fairlock's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Converts a duration to whole milliseconds for Redis, rejecting zero and values beyond `i64` ms.
-pub(crate) fn duration_ms(argument: &'static str, d: Duration) -> Result<i64> {
-    let ms = d.as_millis();
-    if ms == 0 {
-        return Err(Error::invalid_argument(
-            argument,
-            format!("{d:?} is shorter than one millisecond"),
-        ));
-    }
-    if d > crate::config::MAX_DURATION {
-        return Err(Error::invalid_argument(
-            argument,
-            format!(
-                "{d:?} is longer than the longest duration sent to Redis ({:?})",
-                crate::config::MAX_DURATION
-            ),
-        ));
-    }
-    Ok(ms as i64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,5 +267,54 @@ mod tests {
         let e = Error::bad_reply("acquire", [7, 7]);
         assert!(e.is_redis() && !e.is_transient());
         assert!(chain(&e).contains("acquire"), "{}", chain(&e));
+    }
+}
+
+/// Why a held lock can no longer be trusted. See [`LockGuard::lost`](crate::LockGuard::lost).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// A renewal (or the unlock) found our owner field gone: the lock expired, was deleted
+    /// (force unlock, eviction, failover) or belongs to someone else now.
+    Gone,
+    /// Two consecutive renewals failed (Redis unreachable or answering with errors).
+    RenewalFailed,
+    /// The fixed lease given at acquisition has run out (never renewed by design).
+    LeaseExpired,
+    /// No acquisition or renewal has succeeded for a whole lease minus a drift margin, so another
+    /// client may be able to take the lock now (renewals stalled, e.g. during a failover).
+    ValidityExpired,
+    /// The client was shut down.
+    Shutdown,
+    /// The guard was unlocked or dropped: only a [`LostSignal`](crate::LostSignal) reports
+    /// this, to tell subtasks that the hold they worked under has ended.
+    Released,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::Gone => "the lock is gone or owned by someone else",
+            LostReason::RenewalFailed => "two consecutive renewals failed",
+            LostReason::LeaseExpired => "the lease ran out",
+            LostReason::ValidityExpired => "no renewal succeeded within the lease",
+            LostReason::Shutdown => "the client was shut down",
+            LostReason::Released => "the guard was released",
+        })
+    }
+}
+
+impl LostReason {
+    /// A short snake_case name (the `reason` label of the `fairlock_lost_total` metric).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            LostReason::Gone => "gone",
+            LostReason::RenewalFailed => "renewal_failed",
+            LostReason::LeaseExpired => "lease_expired",
+            LostReason::ValidityExpired => "validity_expired",
+            LostReason::Shutdown => "shutdown",
+            LostReason::Released => "released",
+        }
     }
 }

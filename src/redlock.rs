@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
+use crate::config::duration_ms;
 use crate::engine::validity::drift;
 use crate::engine::validity::LostReason;
-use crate::error::{duration_ms, Error, Result};
+use crate::error::{Error, Result};
 use crate::lock::client::Client;
 use crate::lock::guard::LockGuard;
 use crate::lock::holder::Holder;

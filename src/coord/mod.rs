@@ -44,16 +44,14 @@ pub(crate) fn call_id(inner: &Inner) -> String {
     format!("{}:{}", inner.uuid, NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-/// How long a call mark lives (ms): ten seconds, or four command timeouts when longer.
+/// How long a call mark lives (ms): [`Inner::mark_ms`].
 pub(crate) fn mark_ms(inner: &Inner) -> i64 {
-    let four = inner.config.command_timeout.saturating_mul(4);
-    four.max(Duration::from_secs(10)).as_millis() as i64
+    inner.mark_ms()
 }
 
-/// How long a call's resends may go on after its first send: half its mark's life, so every
-/// resend arrives while the mark still tells what the first send did.
+/// How long a call's resends may go on after its first send: [`Inner::settle_window`].
 pub(crate) fn settle_window(inner: &Inner) -> Duration {
-    Duration::from_millis(mark_ms(inner) as u64 / 2)
+    inner.settle_window()
 }
 
 /// Sends `call` until it gets a reply, pausing between sends after transient failures, for at

@@ -247,7 +247,7 @@ impl ExpirableSemaphore {
             return Err(Error::invalid_argument("permits", "must be at least 1"));
         }
         let (lease_ms, watchdog) = match lease {
-            Some(d) => (crate::error::duration_ms("lease", d)?, false),
+            Some(d) => (crate::config::duration_ms("lease", d)?, false),
             None => (
                 self.core.inner.config.watchdog_timeout.as_millis() as i64,
                 true,

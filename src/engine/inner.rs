@@ -78,6 +78,20 @@ const MAX_IDLE_HOLDERS: usize = 4096;
 const MAX_IDLE_HOLDERS_PER_NAME: usize = 256;
 
 impl Inner {
+    /// How long a call mark of the coordination kinds lives (ms, PROTOCOL 11): ten seconds, or
+    /// four command timeouts when longer.
+    pub(crate) fn mark_ms(&self) -> i64 {
+        let four = self.config.command_timeout.saturating_mul(4);
+        four.max(std::time::Duration::from_secs(10)).as_millis() as i64
+    }
+
+    /// How long a marked call's resends may go on after its first send: half its mark's life,
+    /// so every resend arrives while the mark still tells what the first send did. Shutdown
+    /// waits this long (and a command timeout) for settles still running.
+    pub(crate) fn settle_window(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.mark_ms() as u64 / 2)
+    }
+
     pub(crate) fn new(
         id: Uuid,
         config: Config,

@@ -76,7 +76,7 @@ pub(crate) async fn shutdown(inner: &Inner) {
     // Semaphore work handed to the background (dropped permits, settling dropped acquires):
     // a plain semaphore's permits not given back now never come back, so wait for it, within
     // its resend window and one more command timeout.
-    let window = crate::coord::settle_window(inner) + bound;
+    let window = inner.settle_window() + bound;
     if tokio::time::timeout(window, inner.background_done())
         .await
         .is_err()

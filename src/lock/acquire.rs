@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
+use crate::config::duration_ms;
 use crate::config::ReplicaSync;
 use crate::conn::subscriber::{Mailbox, Subscription};
 use crate::conn::Conn;
@@ -33,7 +34,7 @@ use crate::engine::inner::Inner;
 use crate::engine::lane::{Entry, Lane};
 use crate::engine::release::{release_logged, What};
 use crate::engine::validity::{validity_deadline, LostReason};
-use crate::error::{duration_ms, Error, Result};
+use crate::error::{Error, Result};
 use crate::keys::{Kind, LockSpec};
 use crate::lock::guard::{Lease, LockGuard};
 use crate::metrics;

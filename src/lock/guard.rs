@@ -7,12 +7,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::config::duration_ms;
 use crate::engine::driver::{Handoff, Work};
 use crate::engine::field::{FixedHold, Held};
 use crate::engine::lane::Lane;
 use crate::engine::release::{release_logged, What};
 use crate::engine::validity::LostReason;
-use crate::error::{duration_ms, Error, Result};
+use crate::error::{Error, Result};
 use crate::keys::Kind;
 use crate::lock::holder::Holder;
 use crate::ops::Unlocked;
