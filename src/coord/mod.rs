@@ -246,17 +246,24 @@ where
         if deadline.is_some_and(|d| now >= d) {
             return Ok(None);
         }
-        let woken = mail.readers().notified();
+        // A latch's waiter registers on the broadcast side before it compares; a semaphore's
+        // sleeps on its slot (registered once, before its first attempt) and needs neither.
+        let woken = slot.is_none().then(|| mail.readers().notified());
         tokio::pin!(woken);
-        woken.as_mut().enable();
+        if let Some(w) = woken.as_mut().as_pin_mut() {
+            w.enable();
+        }
         if mail.seq() != seen {
             continue;
         }
         let nap = deadline.map_or(recheck, |d| (d - now).min(recheck));
         let called = async {
-            match &slot {
-                Some(slot) => slot.woken().await,
-                None => woken.await,
+            match (&slot, woken.as_mut().as_pin_mut()) {
+                (Some(slot), _) => slot.woken().await,
+                (None, Some(w)) => w.await,
+                (None, None) => {
+                    unreachable!("a waiter without a slot registers on the broadcast side")
+                }
             }
         };
         tokio::select! {
