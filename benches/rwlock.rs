@@ -200,10 +200,7 @@ async fn run_once(url: &str, variant: Variant, read_share: f64, secs: Duration) 
         state: AtomicI64::new(0),
         broken: AtomicBool::new(false),
     });
-    let mut css = Vec::new();
-    for _ in 0..CONTENDERS {
-        css.push(common::manager(url).await);
-    }
+    let css = common::managers(url, CONTENDERS).await;
     common::reset_stats(&mut admin).await;
     let before = common::info(&mut admin).await;
     let started = Instant::now();

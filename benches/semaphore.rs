@@ -203,10 +203,7 @@ async fn run_once(url: &str, variant: Variant, secs: Duration) -> Run {
         broken: AtomicBool::new(false),
     });
     let polls = common::manager(url).await;
-    let mut css = Vec::new();
-    for _ in 0..CONTENDERS {
-        css.push(common::manager(url).await);
-    }
+    let css = common::managers(url, CONTENDERS).await;
     common::reset_stats(&mut admin).await;
     let before = common::info(&mut admin).await;
     let started = Instant::now();

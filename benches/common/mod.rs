@@ -103,6 +103,15 @@ pub async fn manager(url: &str) -> ConnectionManager {
         .expect("connection manager")
 }
 
+/// `n` connection managers (one per contender: their critical sections never share a socket).
+pub async fn managers(url: &str, n: usize) -> Vec<ConnectionManager> {
+    let mut all = Vec::with_capacity(n);
+    for _ in 0..n {
+        all.push(manager(url).await);
+    }
+    all
+}
+
 /// Calls and total microseconds of one command in `INFO commandstats`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CmdStat {
