@@ -211,14 +211,18 @@ where
     loop {
         inner.check_open()?;
         let seen = mail.seq();
-        let looked = attempt().await;
         if let Some(slot) = &slot {
-            slot.spent();
+            slot.begin();
         }
+        let looked = attempt().await;
+        // A semaphore's waiter looks again at once when a count was charged to it while the
+        // attempt ran (a message nobody charged it with woke the waiters that answer for it);
+        // a latch's waiter when any message came meanwhile (checked below, once registered).
+        let charged = slot.as_ref().is_some_and(|slot| slot.spent());
         let recheck = match looked {
             Ok(Look::Ready(v)) => {
                 if let Some(slot) = slot {
-                    slot.leave(mail.seq() != seen);
+                    slot.leave(charged);
                 }
                 return Ok(Some(v));
             }
@@ -253,7 +257,7 @@ where
         if let Some(w) = woken.as_mut().as_pin_mut() {
             w.enable();
         }
-        if mail.seq() != seen {
+        if charged || (slot.is_none() && mail.seq() != seen) {
             continue;
         }
         let nap = deadline.map_or(recheck, |d| (d - now).min(recheck));

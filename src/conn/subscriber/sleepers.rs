@@ -7,12 +7,19 @@
 //! Invariant: a count is never left unclaimed by this client's waiters because of how they were
 //! woken. Enforced by:
 //! * waiters already woken (and not yet through the attempt it is for) count against a count
-//!   before anybody else is woken, so one message never wakes more than it can serve;
-//! * a waiter whose attempt saw a message arrive while it ran tries again at once (the
-//!   mailbox's message counter, checked by `coord::wait_on` before it sleeps);
+//!   before anybody else is woken, so one message never wakes more than it can serve; only
+//!   those whose need fits into what is left count, so a woken waiter that needs more than the
+//!   count never swallows a count the others could have used;
+//! * a waiter that a count was charged to while its attempt ran (it was woken and counted
+//!   against the count, or was woken by it) tries again at once (`SleeperSlot::spent` says
+//!   so, `coord::wait_on` acts on it): its attempt may have run on the server before the
+//!   release that message announced. A message nobody is charged with during an attempt does
+//!   not send that attempt's waiter round again: the waiters it woke look instead, so under a
+//!   stream of releases each message costs the attempts it can serve, not one per waiter that
+//!   happened to be mid-attempt;
 //! * a waiter that leaves (permits taken, cancelled mid-attempt, out of time, failed) while it
-//!   was woken, or after a message came during its last attempt, hands the wake-up on: the
-//!   waiters behind it are chosen again against the last count seen;
+//!   was woken, or after a count was charged to it during its last attempt, hands the wake-up
+//!   on: the waiters behind it are chosen again against the last count seen;
 //! * a wake-up that is not a count (a reconnect, a heartbeat's finding, a payload this client
 //!   cannot read) wakes every waiter;
 //! * a count may be less than what is available (Redisson publishes how many permits some calls
@@ -22,7 +29,7 @@
 //! A wrong guess costs one script call (a waiter that finds the permits gone sleeps again) and
 //! a missed one at most `coord::RECHECK`, never a permit: the scripts decide, not the wake-ups.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -32,8 +39,38 @@ use tokio::sync::Notify;
 struct Sleeper {
     need: u64,
     notify: Notify,
-    /// Woken by a count, and not yet through the attempt that wake-up is for.
-    armed: AtomicBool,
+    /// [`ARMED`] and [`CHARGED`], in one word so that a waiter finishing an attempt
+    /// (`SleeperSlot::spent`) and a message counted against it cannot pass each other: a count
+    /// is charged to a woken waiter only while it is still armed, and `spent` disarms it and
+    /// takes the charge in one step.
+    state: AtomicU8,
+}
+
+/// Woken by a count, and not yet through the attempt that wake-up is for.
+const ARMED: u8 = 1;
+/// A count was charged to the waiter since its current attempt began (`SleeperSlot::begin`).
+const CHARGED: u8 = 2;
+
+impl Sleeper {
+    /// This waiter answers for (part of) a count: it is woken, and an attempt of it in flight
+    /// is followed by another.
+    fn charge(&self) {
+        self.state.fetch_or(ARMED | CHARGED, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+
+    fn armed(&self) -> bool {
+        self.state.load(Ordering::SeqCst) & ARMED != 0
+    }
+
+    /// Charges a count to this waiter if it is still armed; whether it was.
+    fn charge_if_armed(&self) -> bool {
+        self.state
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |st| {
+                (st & ARMED != 0).then_some(st | CHARGED)
+            })
+            .is_ok()
+    }
 }
 
 /// The waiters of one channel, in arrival order.
@@ -63,7 +100,7 @@ impl Sleepers {
         let sleeper = Arc::new(Sleeper {
             need: need.max(1),
             notify: Notify::new(),
-            armed: AtomicBool::new(false),
+            state: AtomicU8::new(0),
         });
         lock(&self.queue).push(sleeper.clone());
         SleeperSlot {
@@ -83,8 +120,7 @@ impl Sleepers {
     pub(crate) fn wake_all(&self) {
         self.last.store(i64::MIN, Ordering::SeqCst);
         for s in lock(&self.queue).iter() {
-            s.armed.store(true, Ordering::SeqCst);
-            s.notify.notify_one();
+            s.charge();
         }
     }
 
@@ -95,15 +131,20 @@ impl Sleepers {
     fn wake_for(&self, available: u64) {
         let queue = lock(&self.queue);
         let mut left = available;
-        for s in queue.iter().filter(|s| s.armed.load(Ordering::SeqCst)) {
-            left = left.saturating_sub(s.need);
+        for s in queue.iter() {
+            // Counted against a woken waiter whose need fits: it answers for that part. One
+            // that needs more than is left (a caller of several permits woken to look) takes
+            // nothing of it, so the count still wakes the waiters it can serve.
+            if s.need <= left && s.charge_if_armed() {
+                left -= s.need;
+            }
         }
         let mut probe = None;
         for s in queue.iter() {
             if left == 0 {
                 break;
             }
-            if s.armed.load(Ordering::SeqCst) {
+            if s.armed() {
                 continue;
             }
             if s.need > left {
@@ -111,12 +152,10 @@ impl Sleepers {
                 continue;
             }
             left -= s.need;
-            s.armed.store(true, Ordering::SeqCst);
-            s.notify.notify_one();
+            s.charge();
         }
         if let Some(s) = probe {
-            s.armed.store(true, Ordering::SeqCst);
-            s.notify.notify_one();
+            s.charge();
         }
     }
 
@@ -150,22 +189,30 @@ impl SleeperSlot {
         self.sleeper.notify.notified().await;
     }
 
-    /// An attempt has run: the wake-up it was for, if any, is spent.
-    pub(crate) fn spent(&self) {
-        self.sleeper.armed.store(false, Ordering::SeqCst);
+    /// An attempt is about to be sent: what was charged to this waiter before is served by it.
+    pub(crate) fn begin(&self) {
+        self.sleeper.state.fetch_and(!CHARGED, Ordering::SeqCst);
     }
 
-    /// The call leaves; `messages_meanwhile`: a message came while its last attempt ran (it may
-    /// have been counted against this waiter), so the others are chosen again.
-    pub(crate) fn leave(mut self, messages_meanwhile: bool) {
-        self.done = !messages_meanwhile && !self.sleeper.armed.load(Ordering::SeqCst);
+    /// An attempt has run: the wake-up it was for, if any, is spent. Returns whether a count
+    /// was charged to this waiter while the attempt ran (since [`begin`](Self::begin)): then it
+    /// must look again (or hand the wake-up on when it leaves), because its attempt may have
+    /// run on the server before that release.
+    pub(crate) fn spent(&self) -> bool {
+        self.sleeper.state.swap(0, Ordering::SeqCst) & CHARGED != 0
+    }
+
+    /// The call leaves; `charged`: what [`spent`](Self::spent) returned for its last attempt
+    /// (a count it answered for came while that attempt ran), so the others are chosen again.
+    pub(crate) fn leave(mut self, charged: bool) {
+        self.done = !charged && !self.sleeper.armed();
     }
 }
 
 impl Drop for SleeperSlot {
     fn drop(&mut self) {
         lock(&self.sleepers.queue).retain(|s| !Arc::ptr_eq(s, &self.sleeper));
-        if !self.done || self.sleeper.armed.load(Ordering::SeqCst) {
+        if !self.done || self.sleeper.armed() {
             self.sleepers.hand_on();
         }
     }
@@ -267,6 +314,77 @@ mod tests {
         assert!(woken(&c), "the last count (2) still has room for c");
         c.leave(false);
         assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn only_a_waiter_a_count_was_charged_to_during_its_attempt_looks_again() {
+        let s = Arc::new(Sleepers::default());
+        let a = s.join(1);
+        let b = s.join(1);
+        let c = s.join(1);
+        // a and b are woken and begin their attempts.
+        s.counted(2);
+        assert!(woken(&a) && woken(&b) && !woken(&c));
+        a.begin();
+        b.begin();
+        // A count of 1 comes while both attempts run: it is a's (first in line), not b's, and
+        // wakes nobody else.
+        s.counted(1);
+        assert!(!woken(&c));
+        assert!(
+            a.spent(),
+            "a answers for the count that came during its attempt"
+        );
+        assert!(!b.spent(), "b was not charged: it need not look again");
+        // A waiter on its first attempt (not woken) is charged when a count wakes it meanwhile.
+        c.begin();
+        s.counted(1);
+        assert!(woken(&a), "a, first in line and back asleep, is woken");
+        assert!(!c.spent());
+        a.begin();
+        assert!(
+            !a.spent(),
+            "what came before the attempt began is served by it"
+        );
+        // A count that finds every waiter asleep and none woken: the first in line answers.
+        s.counted(1);
+        c.begin();
+        assert!(!c.spent());
+        s.counted(0);
+        b.begin();
+        assert!(!b.spent(), "a count of 0 is charged to nobody");
+        // A wake-up without a count is charged to everyone mid-attempt.
+        c.begin();
+        s.wake_all();
+        assert!(c.spent());
+        for slot in [a, b, c] {
+            slot.leave(false);
+        }
+        assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn a_woken_waiter_that_needs_more_does_not_swallow_a_count() {
+        let s = Arc::new(Sleepers::default());
+        let greedy = s.join(2);
+        let a = s.join(1);
+        // The caller of 2 is woken to look (passed over by a count of 1), as is a.
+        s.counted(1);
+        assert!(woken(&greedy) && woken(&a));
+        greedy.begin();
+        // a's attempt ran (and found nothing) before the next count.
+        a.begin();
+        assert!(!a.spent());
+        // While greedy's attempt runs, a count of 1 comes: greedy cannot use it, a can.
+        s.counted(1);
+        assert!(woken(&a), "the count wakes the waiter it can serve");
+        assert!(
+            !greedy.spent(),
+            "greedy was not charged with a count it cannot use"
+        );
+        for slot in [greedy, a] {
+            slot.leave(false);
+        }
     }
 
     #[test]
