@@ -124,29 +124,37 @@ async fn cli(args: &[&str]) -> Run {
     .unwrap()
 }
 
-/// Runs the binary on a terminal (a pseudo-terminal made by util-linux `script`), feeding it
-/// `input`.
-async fn cli_on_terminal(args: &[&str], input: &str) -> Run {
+/// Starts the binary on a terminal (a pseudo-terminal made by util-linux `script`), feeding it
+/// `input`; its stdin is closed after that.
+fn spawn_on_terminal(args: &[&str], input: &str) -> Child {
     let line = std::iter::once(BIN)
         .chain(args.iter().copied())
         .map(shell_quote)
         .collect::<Vec<_>>()
         .join(" ");
+    let mut child = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env_remove("REDIS_URL")
+        .env("TERM", "xterm")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("util-linux `script` runs the binary on a pseudo-terminal");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).unwrap();
+    drop(stdin);
+    child
+}
+
+/// Runs the binary on a terminal to its end, feeding it `input`.
+async fn cli_on_terminal(args: &[&str], input: &str) -> Run {
+    let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
     let input = input.to_owned();
     tokio::task::spawn_blocking(move || {
-        let mut child = Command::new("script")
-            .args(["-qec", &line, "/dev/null"])
-            .env_remove("REDIS_URL")
-            .env("TERM", "xterm")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("util-linux `script` runs the binary on a pseudo-terminal");
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(input.as_bytes()).unwrap();
-        drop(stdin);
-        finish(child, &line)
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let child = spawn_on_terminal(&refs, &input);
+        finish(child, &args.join(" "))
     })
     .await
     .unwrap()
@@ -964,21 +972,35 @@ async fn watch_follows_acquisitions_releases_and_hand_overs() {
         "--interval",
         "250ms",
     ];
-    let run = cli_on_terminal(&args, "");
-    let acquire = async {
-        let server = &server;
-        tokio::task::block_in_place(|| wait_numpat(server, 1));
-        a.fair_lock(name).lock().await.unwrap()
-    };
-    let (run, g) = tokio::join!(run, acquire);
-    assert_eq!(run.code, 0, "{run:?}");
-    for want in [
-        "\x1b[H",
-        "fairlock watch \"watched\"",
-        "recent events",
-        "acquired",
-    ] {
-        assert!(run.stdout.contains(want), "missing {want:?} in {run:?}");
+    let mut child = spawn_on_terminal(&args, "");
+    let rx = line_reader(&mut child);
+    // The screen is first drawn from the state the watch starts from, read after it subscribed:
+    // an acquisition before that read would be part of the starting state, not an event.
+    let (first, rx) = tokio::task::spawn_blocking(move || {
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut seen = Vec::new();
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.contains("fairlock watch \"watched\"") => break (line, rx),
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("the watch drew no screen within 10s; saw {seen:#?}"),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(first.contains("\x1b[H"), "{first:?}");
+    let g = a.fair_lock(name).lock().await.unwrap();
+    let (code, rest) = tokio::task::spawn_blocking(move || {
+        let code = exited(child, Duration::from_secs(30));
+        (code, rx.iter().collect::<Vec<String>>().join("\n"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{first}\n{rest}");
+    for want in ["\x1b[H", "recent events", "acquired"] {
+        assert!(rest.contains(want), "missing {want:?} in {rest:?}");
     }
     g.unlock().await.unwrap();
 
