@@ -168,8 +168,19 @@ fn leaves_no_earlier_than(h: &History, c: &Call) -> u64 {
 fn victim_exempt(h: &History, s: &Snapshot, a: &Call, until: u64) -> Option<String> {
     if a.java {
         // A Redisson waiter is purged once its deadline score is past, and only Java shifts lower
-        // a score. Start from the latest snapshot before `until` that shows it (fairlock's own
-        // scripts may change scores too; a snapshot sees whatever they did up to it).
+        // a score. If a snapshot before `until` shows its entry gone, it lost its place then (it
+        // may have joined again at the tail since, with a fresh score): judge its deadline as of
+        // that snapshot. Start from the latest snapshot before that point that shows it
+        // (fairlock's own scripts may change scores too; a snapshot sees whatever they did up to
+        // it).
+        let until = h
+            .snapshots
+            .iter()
+            .filter(|x| x.name == a.name && x.t0 > s.t0 && x.t1 <= until)
+            .filter(|x| !x.queue.iter().any(|f| *f == a.field))
+            .map(|x| x.t1)
+            .min()
+            .unwrap_or(until);
         let latest = h
             .snapshots
             .iter()
@@ -578,5 +589,52 @@ mod tests {
         // A Java acquisition shifting deadlines by 300 s in between makes it purgeable again.
         h.shifts.push(("fair".into(), 105 * MS, 106 * MS, 300_000));
         assert!(rules(&h).is_empty());
+    }
+
+    #[test]
+    fn a_redisson_waiter_that_lapsed_and_joined_again_has_no_claim_to_its_old_place() {
+        // B (Java) queued at 100 ms with a deadline at 110 ms; at 115 ms its entry is gone
+        // (purged); at 125 ms it is back at the tail with a fresh score far ahead, behind A,
+        // whose call started at 120 ms and is granted (token 2) before B (3). Seen from the
+        // latest snapshot, B's deadline is far ahead; but B lost its place at 115 ms, when its
+        // deadline had passed.
+        let history = |deadline_ms: f64| {
+            let mut h = hist();
+            let mut s = snap("fair", 100, 1, &["j:101"]);
+            s.scores.insert("j:101".into(), 1_000_000.0 + deadline_ms);
+            h.snapshots.push(s);
+            h.snapshots.push(snap("fair", 115, 1, &[]));
+            let mut back = snap("fair", 125, 1, &["u:1", "j:101"]);
+            back.scores.insert("j:101".into(), 1_000_000.0 + 300_125.0);
+            h.snapshots.push(back);
+            h.add_events(call(
+                "b",
+                "java",
+                "fair",
+                "j:101",
+                60,
+                None,
+                400,
+                Outcome::Granted,
+                Some(3),
+            ));
+            h.add_events(call(
+                "a",
+                "p0",
+                "fair",
+                "u:1",
+                120,
+                None,
+                130,
+                Outcome::Granted,
+                Some(2),
+            ));
+            h
+        };
+        let h = history(110.0);
+        assert!(rules(&h).is_empty(), "{:?}", check(&h, 9).0);
+        // Had its deadline been ahead when it vanished, it was dropped while alive: still a jump.
+        let h = history(5_000.0);
+        assert_eq!(rules(&h), vec!["fifo-arrival"]);
     }
 }

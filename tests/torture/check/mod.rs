@@ -41,7 +41,10 @@
 //!   A waiter may lose its place without breaking the promise only when it looked dead: a fault
 //!   touching its process (or all processes) overlapped the interval in question, widened by the
 //!   liveness window, or, for a Redisson-protocol waiter, its deadline score can have passed (its
-//!   score in `S`, less every Java shift that may have run since, is not after the grant). A grant
+//!   score in the latest snapshot showing it, less every Java shift that may have run since, is
+//!   not after the grant; or, when a snapshot before the grant shows its entry gone, not after
+//!   that snapshot: it lost its place there, and may have joined again at the tail since, with a
+//!   fresh score). A grant
 //!   is not counted as overtaking when a fault touched its own process near it (it may have taken
 //!   up a grant made to an earlier call whose reply was lost).
 //! * **Bounded waits** (`bounded-wait`): `try_lock(wait)` returns within `wait` + one command
