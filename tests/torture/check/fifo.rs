@@ -177,7 +177,7 @@ fn victim_exempt(h: &History, s: &Snapshot, a: &Call, until: u64) -> Option<Stri
             .snapshots
             .iter()
             .filter(|x| x.name == a.name && x.t0 > s.t0 && x.t1 <= until)
-            .filter(|x| !x.queue.iter().any(|f| *f == a.field))
+            .filter(|x| !x.queue.contains(&a.field))
             .map(|x| x.t1)
             .min()
             .unwrap_or(until);
