@@ -499,6 +499,33 @@ mod tests {
         assert!(rules(&h).contains(&"fifo-order"));
     }
 
+    /// B, a Redisson-protocol call on `j:101` from 60 ms, granted token 3 at 400 ms; A, a fairlock
+    /// call from 120 ms, granted token 2 at 130 ms.
+    fn java_b_overtaken_by_a(h: &mut History) {
+        h.add_events(call(
+            "b",
+            "java",
+            "fair",
+            "j:101",
+            60,
+            None,
+            400,
+            Outcome::Granted,
+            Some(3),
+        ));
+        h.add_events(call(
+            "a",
+            "p0",
+            "fair",
+            "u:1",
+            120,
+            None,
+            130,
+            Outcome::Granted,
+            Some(2),
+        ));
+    }
+
     #[test]
     fn fifo_arrival_catches_a_queue_jump() {
         // B queued at 100 ms; A's call starts at 120 ms and is granted (token 2) before B (3).
@@ -558,28 +585,7 @@ mod tests {
         let mut s = snap("fair", 100, 1, &["j:101"]);
         s.scores.insert("j:101".into(), 1_000_000.0 + 110.0);
         h.snapshots.push(s);
-        h.add_events(call(
-            "b",
-            "java",
-            "fair",
-            "j:101",
-            60,
-            None,
-            400,
-            Outcome::Granted,
-            Some(3),
-        ));
-        h.add_events(call(
-            "a",
-            "p0",
-            "fair",
-            "u:1",
-            120,
-            None,
-            130,
-            Outcome::Granted,
-            Some(2),
-        ));
+        java_b_overtaken_by_a(&mut h);
         assert!(rules(&h).is_empty(), "{:?}", check(&h, 9).0);
         // ... but not while its deadline is ahead (no Java shift since).
         h.snapshots[0]
@@ -607,28 +613,7 @@ mod tests {
             let mut back = snap("fair", 125, 1, &["u:1", "j:101"]);
             back.scores.insert("j:101".into(), 1_000_000.0 + 300_125.0);
             h.snapshots.push(back);
-            h.add_events(call(
-                "b",
-                "java",
-                "fair",
-                "j:101",
-                60,
-                None,
-                400,
-                Outcome::Granted,
-                Some(3),
-            ));
-            h.add_events(call(
-                "a",
-                "p0",
-                "fair",
-                "u:1",
-                120,
-                None,
-                130,
-                Outcome::Granted,
-                Some(2),
-            ));
+            java_b_overtaken_by_a(&mut h);
             h
         };
         let h = history(110.0);
