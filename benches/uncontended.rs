@@ -12,6 +12,9 @@
 //! The run order is floor, A, floor, B, floor, C, floor, D, floor, A, …; each lock run is compared
 //! with the mean rate of the floor runs right before and right after it, and the ratio reported is
 //! the median of those per-run ratios. Latency percentiles are over every cycle of a variant.
+//! Server µs/cycle is the cycle's top-level commands' time from `INFO commandstats`; client CPU
+//! µs/cycle is this process's user + system CPU over the run (`/proc/self/stat`, 10 ms ticks)
+//! per cycle, the bench loop included (the same for every variant).
 //!
 //! `cargo bench --bench uncontended` (about 90 s); `FAIRLOCK_BENCH_QUICK=1` or `-- --quick` for a
 //! few seconds.
@@ -82,6 +85,9 @@ struct Run {
     /// Server time of the cycle's top-level commands (`INFO commandstats` usec): the scripts'
     /// for the locks (their inner commands included), `SET` + `DEL` for the floor.
     server_usec: u64,
+    /// CPU time (user + system) this process used during the run: the client's side of the
+    /// cycle (the bench loop around it is the same for every variant).
+    client_cpu: Duration,
 }
 
 impl Run {
@@ -159,6 +165,7 @@ impl Bench {
         let token = format!("floor-token-{}", std::process::id());
         let mut latencies = Vec::with_capacity(16_384);
         let before = common::info(&mut self.admin).await;
+        let cpu_before = common::cpu_time();
         let started = Instant::now();
         while started.elapsed() < duration && latencies.len() < MAX_CYCLES_PER_RUN {
             let t = Instant::now();
@@ -166,6 +173,7 @@ impl Bench {
             latencies.push(t.elapsed().as_nanos() as u64);
         }
         let elapsed = started.elapsed();
+        let client_cpu = common::cpu_time().saturating_sub(cpu_before);
         let delta = common::info(&mut self.admin).await.since(&before);
         Run {
             variant,
@@ -180,6 +188,7 @@ impl Bench {
             } else {
                 delta.cmd("evalsha").usec + delta.cmd("eval").usec
             },
+            client_cpu,
         }
     }
 }
@@ -235,9 +244,9 @@ fn report(runs: &[Run]) {
     }
     println!();
     println!(
-        "| variant | cycles/s | p50 µs | p99 µs | ratio to floor (median, min–max) | cmds/cycle | round trips/cycle | server µs/cycle |"
+        "| variant | cycles/s | p50 µs | p99 µs | ratio to floor (median, min–max) | cmds/cycle | round trips/cycle | server µs/cycle | client CPU µs/cycle |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for v in [Variant::Floor].iter().chain(Variant::LOCKS.iter()) {
         let mine: Vec<&Run> = runs.iter().filter(|r| r.variant == *v).collect();
         let cycles: usize = mine.iter().map(|r| r.cycles).sum();
@@ -250,6 +259,7 @@ fn report(runs: &[Run]) {
         let commands: u64 = mine.iter().map(|r| r.commands).sum();
         let reads: u64 = mine.iter().map(|r| r.reads).sum();
         let server_usec: u64 = mine.iter().map(|r| r.server_usec).sum();
+        let client_cpu: Duration = mine.iter().map(|r| r.client_cpu).sum();
         let mut rs: Vec<f64> = ratios
             .iter()
             .filter(|(rv, _)| rv == v)
@@ -263,7 +273,7 @@ fn report(runs: &[Run]) {
             format!("{:.2} ({lo:.2}–{hi:.2})", common::median(&mut rs))
         };
         println!(
-            "| {} | {:.0} | {:.0} | {:.0} | {} | {:.2} | {:.2} | {:.1} |",
+            "| {} | {:.0} | {:.0} | {:.0} | {} | {:.2} | {:.2} | {:.1} | {:.1} |",
             v.label(),
             cycles as f64 / secs,
             common::percentile(&lat, 50.0) as f64 / 1e3,
@@ -272,6 +282,7 @@ fn report(runs: &[Run]) {
             commands as f64 / cycles as f64,
             reads as f64 / cycles as f64,
             server_usec as f64 / cycles as f64,
+            common::us(client_cpu) / cycles as f64,
         );
     }
     let fair_ratio = {
@@ -283,8 +294,11 @@ fn report(runs: &[Run]) {
         common::median(&mut rs)
     };
     println!();
-    println!(
-        "target: FairLock lock() + unlock() ≥ 0.80 × floor: {} ({fair_ratio:.2})",
-        if fair_ratio >= 0.8 { "met" } else { "MISSED" }
-    );
+    // The first line is the benchmark's original bar; issue 23 raised it to 0.9.
+    for (bar, origin) in [(0.8, "the first bar"), (0.9, "issue 23")] {
+        println!(
+            "target ({origin}): FairLock lock() + unlock() ≥ {bar:.2} × floor: {} ({fair_ratio:.2})",
+            if fair_ratio >= bar { "met" } else { "MISSED" }
+        );
+    }
 }

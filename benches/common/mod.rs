@@ -318,7 +318,31 @@ pub fn machine() -> String {
                 .find_map(|w| w.strip_prefix("v=").map(str::to_owned))
         })
         .unwrap_or_else(|| "?".into());
-    format!("{cores} cores, {model}, redis-server {redis}")
+    format!(
+        "{cores} cores, {model}, redis-server {redis}{}",
+        idle_policy()
+    )
+}
+
+/// The CPU idle driver, and on a guest with `haltpoll` how long an idle CPU polls before it
+/// halts: with no polling (`guest_halt_poll_ns` 0) every wake-up of an idle CPU goes through the
+/// hypervisor, and a round trip that crosses one costs several times what it does on a busy CPU.
+/// Figures from hosts that differ here do not compare (`benches/README.md`, 2026-11-26).
+fn idle_policy() -> String {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| s.trim().to_owned())
+    };
+    match read("/sys/devices/system/cpu/cpuidle/current_driver") {
+        Some(driver) if driver == "haltpoll" => {
+            let poll = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+                .unwrap_or_else(|| "?".into());
+            format!(", cpuidle haltpoll (guest_halt_poll_ns {poll})")
+        }
+        Some(driver) => format!(", cpuidle {driver}"),
+        None => String::new(),
+    }
 }
 
 /// Prints the common header of a bench program.
