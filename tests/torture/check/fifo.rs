@@ -165,7 +165,14 @@ fn leaves_no_earlier_than(h: &History, c: &Call) -> u64 {
 }
 
 /// Why the waiter `a` (queued in `s`) may have been purged legitimately before `until`.
-fn victim_exempt(h: &History, s: &Snapshot, a: &Call, until: u64) -> Option<String> {
+/// `snaps`: the snapshots of `a`'s lock, by start time ([`FairIndex::snaps`]); `s` is one of them.
+fn victim_exempt(
+    h: &History,
+    snaps: &[&Snapshot],
+    s: &Snapshot,
+    a: &Call,
+    until: u64,
+) -> Option<String> {
     if a.java {
         // A Redisson waiter is purged once its deadline score is past, and only Java shifts lower
         // a score. If a snapshot before `until` shows its entry gone, it lost its place then (it
@@ -173,20 +180,23 @@ fn victim_exempt(h: &History, s: &Snapshot, a: &Call, until: u64) -> Option<Stri
         // that snapshot. Start from the latest snapshot before that point that shows it
         // (fairlock's own scripts may change scores too; a snapshot sees whatever they did up to
         // it).
-        let until = h
-            .snapshots
-            .iter()
-            .filter(|x| x.name == a.name && x.t0 > s.t0 && x.t1 <= until)
-            .filter(|x| !x.queue.contains(&a.field))
+        // Only snapshots from `s` on can matter, and none that began after `until` (t1 ≥ t0).
+        let from = snaps.partition_point(|x| x.t0 < s.t0);
+        let window = || {
+            snaps[from..]
+                .iter()
+                .take_while(move |x| x.t0 <= until)
+                .filter(move |x| x.t1 <= until)
+        };
+        let until = window()
+            .filter(|x| x.t0 > s.t0 && !x.queue.contains(&a.field))
             .map(|x| x.t1)
             .min()
             .unwrap_or(until);
-        let latest = h
-            .snapshots
-            .iter()
-            .filter(|x| x.name == a.name && x.t0 >= s.t0 && x.t1 <= until)
-            .filter(|x| x.scores.contains_key(&a.field))
+        let latest = window()
+            .filter(|x| x.t1 <= until && x.scores.contains_key(&a.field))
             .max_by_key(|x| x.t0)
+            .copied()
             .unwrap_or(s);
         let score = *latest.scores.get(&a.field)?;
         let shifted: u64 = h
@@ -256,7 +266,7 @@ pub fn check_fifo(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
                     if a_first {
                         continue;
                     }
-                    if let Some(why) = victim_exempt(h, s, a, b_ret) {
+                    if let Some(why) = victim_exempt(h, &idx.snaps, s, a, b_ret) {
                         let _ = why;
                         stats.fifo_exempt += 1;
                         continue;
@@ -308,7 +318,7 @@ pub fn check_fifo(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
                         continue;
                     }
                     stats.fifo_pairs += 1;
-                    if victim_exempt(h, s, b, a_ret).is_some() {
+                    if victim_exempt(h, &idx.snaps, s, b, a_ret).is_some() {
                         stats.fifo_exempt += 1;
                         continue;
                     }
