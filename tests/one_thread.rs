@@ -271,7 +271,9 @@ async fn expirable_permits_used_every_which_way_on_one_thread() {
 
 /// Readers and writers of one read-write lock (default and writer-preferring handles) on one
 /// thread: no writer beside anyone, readers only beside readers, two reads of one task polled
-/// together both get in, nothing left at the end.
+/// together both get in (on default handles only: on a writer-preferring one a writer queued
+/// between the two reads waits for the first, and the second for it, for ever, as with tokio's
+/// `RwLock`; the mode's docs say so), nothing left at the end.
 #[tokio::test(flavor = "current_thread")]
 async fn read_write_locks_used_every_which_way_on_one_thread() {
     let seed = support::seed("FAIRLOCK_ONE_THREAD_SEED");
@@ -288,7 +290,8 @@ async fn read_write_locks_used_every_which_way_on_one_thread() {
     for w in 0..5u64 {
         let client = clients[(w % 2) as usize].clone();
         let rw = client.read_write_lock(name);
-        let rw = if w % 3 == 0 {
+        let preferring = w % 3 == 0;
+        let rw = if preferring {
             rw.writer_preferring()
         } else {
             rw
@@ -344,6 +347,17 @@ async fn read_write_locks_used_every_which_way_on_one_thread() {
                         got += 1;
                     }
                     // Two reads of one task polled together: both get in (readers share).
+                    // Not on a writer-preferring handle: there a writer that queues between
+                    // the two waits for the first read and the second read for it (a deadlock
+                    // by design, see `ReadWriteLock::writer_preferring`); it reads once.
+                    2 if preferring => {
+                        let r = bounded(seed, "read", rw.read_lock().lock()).await.unwrap();
+                        enter_read("read");
+                        tokio::time::sleep(Duration::from_micros(rng.below(1_000))).await;
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                        r.unlock().await.unwrap();
+                        got += 1;
+                    }
                     2 => {
                         let (a, b) = bounded(seed, "joined reads", async {
                             let (r1, r2) = (rw.read_lock(), rw.read_lock());

@@ -331,7 +331,8 @@ async fn a_waiting_writer_keeps_later_readers_of_preferring_handles_out() {
     let c = preferring_client(&server.url()).await;
     let name = "rw:prefer";
     let rw = c.read_write_lock(name).writer_preferring();
-    let r1 = rw.read_lock().lock().await.unwrap();
+    let me = c.holder();
+    let r1 = rw.read_lock().with_holder(me).lock().await.unwrap();
     let w = rw.write_lock();
     let writer = tokio::spawn(async move { w.lock().await });
     queued(&rw, 1).await;
@@ -345,6 +346,17 @@ async fn a_waiting_writer_keeps_later_readers_of_preferring_handles_out() {
         .await
         .unwrap()
         .is_none());
+    // The first reader's holder re-enters past the queued writer (a second read by another
+    // holder would wait behind the writer, which waits for the first: the documented deadlock).
+    let again = rw
+        .read_lock()
+        .with_holder(me)
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("a re-entry never queues");
+    assert_eq!(again.hold_count(), 2);
+    again.unlock().await.unwrap();
     let r = rw.read_lock();
     let reader = tokio::spawn(async move { r.lock().await });
     queued(&rw, 2).await;

@@ -95,6 +95,14 @@ impl ReadWriteLock {
     /// Nothing is written into the lock's hash, so Java clients see exactly Redisson's data.
     /// Re-entries, and a writer's holder taking the read side (a downgrade), never queue.
     ///
+    /// **A second read while holding one can deadlock**, as with `tokio::sync::RwLock`: every
+    /// acquisition call is its own holder, so a task that holds a read of such a handle and then
+    /// waits for another one (or polls two reads together, `join!(r1.lock(), r2.lock())`) waits
+    /// behind any writer that queued in between, and that writer waits for the first read.
+    /// Share the guard you hold, re-enter with the same [`Holder`](crate::Holder)
+    /// (`read_lock().with_holder(h)`), or take the second read from a handle without this
+    /// setting.
+    ///
     /// A queued waiter's place is kept alive by its client's heartbeats (every third of
     /// [`Builder::waiter_liveness`](crate::Builder::waiter_liveness)); the place of a waiter
     /// whose process died is dropped within that window, and a waiter that stops waiting leaves
