@@ -43,11 +43,33 @@ async fn leftovers(raw: &mut redis::aio::MultiplexedConnection, name: &str) -> V
     left
 }
 
-/// Runs `fut` under [`CALL_BOUND`], failing with the seed and `what` when it hangs.
-async fn bounded<T>(seed: u64, what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(CALL_BOUND, fut)
-        .await
-        .unwrap_or_else(|_| panic!("seed {seed}: {what} took over {CALL_BOUND:?}"))
+/// A seeded run against one server: what a hang reports.
+#[derive(Clone, Copy)]
+struct Run {
+    seed: u64,
+    port: u16,
+}
+
+impl Run {
+    fn new(seed: u64, server: &RedisServer) -> Self {
+        Run {
+            seed,
+            port: server.port(),
+        }
+    }
+}
+
+/// Runs `fut` under [`CALL_BOUND`]; when it hangs, fails with the seed, `what`, and every key
+/// the server held at that moment (who holds and who waits).
+async fn bounded<T>(run: Run, what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(CALL_BOUND, fut).await {
+        Ok(out) => out,
+        Err(_) => panic!(
+            "seed {}: {what} took over {CALL_BOUND:?}; the server held:\n{}",
+            run.seed,
+            support::dump_keys(&format!("redis://127.0.0.1:{}", run.port))
+        ),
+    }
 }
 
 /// The sum of what the worker tasks report (each its number of holds).
@@ -100,6 +122,7 @@ impl Meter {
 async fn semaphores_used_every_which_way_on_one_thread() {
     let seed = support::seed("FAIRLOCK_ONE_THREAD_SEED");
     let server = RedisServer::start();
+    let run = Run::new(seed, &server);
     let mut raw = server.async_conn().await;
     let clients = [
         Client::connect(&server.url()).await.unwrap(),
@@ -121,12 +144,12 @@ async fn semaphores_used_every_which_way_on_one_thread() {
                 match rng.below(4) {
                     // Take, hold a moment, drop the guard and take again at once.
                     0 => {
-                        let p = bounded(seed, "acquire", sem.acquire(n)).await.unwrap();
+                        let p = bounded(run, "acquire", sem.acquire(n)).await.unwrap();
                         meter.take(n.into(), "acquire");
                         tokio::time::sleep(Duration::from_micros(rng.below(2_000))).await;
                         meter.give(n.into());
                         drop(p);
-                        let p = bounded(seed, "acquire again", sem.acquire(1)).await.unwrap();
+                        let p = bounded(run, "acquire again", sem.acquire(1)).await.unwrap();
                         meter.take(1, "acquire again");
                         meter.give(1);
                         drop(p);
@@ -134,7 +157,7 @@ async fn semaphores_used_every_which_way_on_one_thread() {
                     }
                     // `timeout()` around a waiting acquire, retried until it gets through.
                     1 => {
-                        let p = bounded(seed, "timeout-and-retry", async {
+                        let p = bounded(run, "timeout-and-retry", async {
                             loop {
                                 let cut = Duration::from_micros(rng.below(5_000));
                                 if let Ok(p) = tokio::time::timeout(cut, sem.acquire(n)).await {
@@ -153,7 +176,7 @@ async fn semaphores_used_every_which_way_on_one_thread() {
                     2 => {
                         let wait = Duration::from_millis(rng.below(30));
                         let (a, b) = bounded(
-                            seed,
+                            run,
                             "joined acquires",
                             async { tokio::join!(sem.try_acquire(1, wait), sem.try_acquire(1, wait)) },
                         )
@@ -170,7 +193,7 @@ async fn semaphores_used_every_which_way_on_one_thread() {
                     }
                     // A `select!` whose losing acquire is dropped wherever it was.
                     _ => {
-                        let p = bounded(seed, "selected acquire", async {
+                        let p = bounded(run, "selected acquire", async {
                             tokio::select! {
                                 p = sem.acquire(n) => Some(p.unwrap()),
                                 () = tokio::time::sleep(Duration::from_micros(rng.below(3_000))) => None,
@@ -216,6 +239,7 @@ async fn semaphores_used_every_which_way_on_one_thread() {
 async fn expirable_permits_used_every_which_way_on_one_thread() {
     let seed = support::seed("FAIRLOCK_ONE_THREAD_SEED");
     let server = RedisServer::start();
+    let run = Run::new(seed, &server);
     let mut raw = server.async_conn().await;
     let client = Client::connect(&server.url()).await.unwrap();
     let name = "one:pes";
@@ -232,7 +256,7 @@ async fn expirable_permits_used_every_which_way_on_one_thread() {
             let mut got = 0u32;
             while Instant::now() < until {
                 let lease = (rng.below(2) == 0).then(|| Duration::from_secs(30));
-                let p = bounded(seed, "timeout-and-retry", async {
+                let p = bounded(run, "timeout-and-retry", async {
                     loop {
                         let cut = Duration::from_micros(rng.below(6_000));
                         if let Ok(p) = tokio::time::timeout(cut, sem.acquire(1, lease)).await {
@@ -278,6 +302,7 @@ async fn expirable_permits_used_every_which_way_on_one_thread() {
 async fn read_write_locks_used_every_which_way_on_one_thread() {
     let seed = support::seed("FAIRLOCK_ONE_THREAD_SEED");
     let server = RedisServer::start();
+    let run = Run::new(seed, &server);
     let raw = server.async_conn().await;
     let clients = [
         Client::connect(&server.url()).await.unwrap(),
@@ -314,7 +339,7 @@ async fn read_write_locks_used_every_which_way_on_one_thread() {
                     // Write, then drop the guard and write again at once.
                     0 => {
                         for what in ["write", "write again"] {
-                            let g = bounded(seed, what, rw.write_lock().lock()).await.unwrap();
+                            let g = bounded(run, what, rw.write_lock().lock()).await.unwrap();
                             writers.take(1, what);
                             assert_eq!(
                                 readers.load(Ordering::SeqCst),
@@ -329,7 +354,7 @@ async fn read_write_locks_used_every_which_way_on_one_thread() {
                     }
                     // A write under `timeout()`, retried.
                     1 => {
-                        let g = bounded(seed, "timed write", async {
+                        let g = bounded(run, "timed write", async {
                             loop {
                                 let cut = Duration::from_micros(rng.below(8_000));
                                 let write = rw.write_lock();
@@ -351,7 +376,7 @@ async fn read_write_locks_used_every_which_way_on_one_thread() {
                     // the two waits for the first read and the second read for it (a deadlock
                     // by design, see `ReadWriteLock::writer_preferring`); it reads once.
                     2 if preferring => {
-                        let r = bounded(seed, "read", rw.read_lock().lock()).await.unwrap();
+                        let r = bounded(run, "read", rw.read_lock().lock()).await.unwrap();
                         enter_read("read");
                         tokio::time::sleep(Duration::from_micros(rng.below(1_000))).await;
                         readers.fetch_sub(1, Ordering::SeqCst);
@@ -359,7 +384,7 @@ async fn read_write_locks_used_every_which_way_on_one_thread() {
                         got += 1;
                     }
                     2 => {
-                        let (a, b) = bounded(seed, "joined reads", async {
+                        let (a, b) = bounded(run, "joined reads", async {
                             let (r1, r2) = (rw.read_lock(), rw.read_lock());
                             tokio::join!(r1.lock(), r2.lock())
                         })
@@ -377,13 +402,13 @@ async fn read_write_locks_used_every_which_way_on_one_thread() {
                     _ => {
                         let me = client.holder();
                         let write = rw.write_lock().with_holder(me);
-                        let g = bounded(seed, "write to downgrade", write.lock())
+                        let g = bounded(run, "write to downgrade", write.lock())
                             .await
                             .unwrap();
                         writers.take(1, "write to downgrade");
                         assert_eq!(readers.load(Ordering::SeqCst), 0, "seed {seed}");
                         let read = rw.read_lock().with_holder(me);
-                        let r = bounded(seed, "downgrade", read.lock()).await.unwrap();
+                        let r = bounded(run, "downgrade", read.lock()).await.unwrap();
                         writers.give(1);
                         g.unlock().await.unwrap();
                         enter_read("downgrade");
@@ -416,6 +441,7 @@ async fn read_write_locks_used_every_which_way_on_one_thread() {
 async fn multi_locks_and_latches_on_one_thread() {
     let seed = support::seed("FAIRLOCK_ONE_THREAD_SEED");
     let server = RedisServer::start();
+    let run = Run::new(seed, &server);
     let raw = server.async_conn().await;
     let client = Client::connect(&server.url()).await.unwrap();
     let inside = Meter::new(1, seed);
@@ -431,7 +457,7 @@ async fn multi_locks_and_latches_on_one_thread() {
             let until = Instant::now() + Duration::from_secs(2);
             let mut got = 0u32;
             while Instant::now() < until {
-                let g = bounded(seed, "multi-lock", async {
+                let g = bounded(run, "multi-lock", async {
                     loop {
                         let cut = Duration::from_micros(rng.below(10_000));
                         if let Ok(g) = tokio::time::timeout(cut, multi.lock()).await {
@@ -470,7 +496,7 @@ async fn multi_locks_and_latches_on_one_thread() {
             }
         })
     };
-    let (a, b, c) = bounded(seed, "latch waits", waits).await.unwrap();
+    let (a, b, c) = bounded(run, "latch waits", waits).await.unwrap();
     a.unwrap();
     b.unwrap();
     assert!(c.unwrap(), "seed {seed}: the latch opened");

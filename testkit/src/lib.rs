@@ -65,8 +65,8 @@ pub use java::{peer_classpath, JavaOptions, JavaPeer, JavaTopology, Pending, Rep
 pub use monitor::Monitor;
 pub use proxy::{Direction, Proxy};
 pub use raw::{
-    derived_key, kill_pubsub_connections, queue_key, queue_len, release_channel, server_now_ms,
-    server_now_ms_async, sigkill, timeout_key, wait_subscribed, waiter_channel,
+    derived_key, dump_keys, kill_pubsub_connections, queue_key, queue_len, release_channel,
+    server_now_ms, server_now_ms_async, sigkill, timeout_key, wait_subscribed, waiter_channel,
 };
 pub use rng::{seed, Rng};
 pub use sentinel::SentinelGroup;

@@ -1,5 +1,6 @@
 //! Raw-protocol helpers: Redisson's derived key and channel names of a lock (PROTOCOL 1) and
-//! reads of its fair queue with plain commands, as a Redisson peer or an operator sees them.
+//! reads of its fair queue with plain commands, as a Redisson peer or an operator sees them;
+//! a dump of every key for a failing test to print.
 
 /// A derived key by Redisson's prefix rule: `prefix:{name}`, or `prefix:name` when the name
 /// already has a hash tag.
@@ -70,6 +71,48 @@ pub fn kill_pubsub_connections(raw: &mut redis::Connection) {
         .query(raw)
         .unwrap();
     assert!(killed >= 1, "no pub/sub connection to kill");
+}
+
+/// Every key of the server at `url` with its type, TTL (ms) and contents, one line each, sorted:
+/// what a test prints when a call hangs, so the failure shows who held what. Opens its own
+/// blocking connection (a hung test's connections may be busy); a failure to read is reported
+/// in the text, never a panic of its own.
+pub fn dump_keys(url: &str) -> String {
+    match try_dump_keys(url) {
+        Ok(lines) if lines.is_empty() => "(no keys)".to_owned(),
+        Ok(lines) => lines.join("\n"),
+        Err(e) => format!("(could not read the server: {e})"),
+    }
+}
+
+fn try_dump_keys(url: &str) -> redis::RedisResult<Vec<String>> {
+    let mut conn =
+        redis::Client::open(url)?.get_connection_with_timeout(std::time::Duration::from_secs(2))?;
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn)?;
+    keys.sort();
+    let mut lines = Vec::with_capacity(keys.len());
+    for key in keys {
+        let kind: String = redis::cmd("TYPE").arg(&key).query(&mut conn)?;
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn)?;
+        let value: redis::Value = match kind.as_str() {
+            "hash" => redis::cmd("HGETALL").arg(&key).query(&mut conn)?,
+            "zset" => redis::cmd("ZRANGE")
+                .arg(&key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query(&mut conn)?,
+            "list" => redis::cmd("LRANGE")
+                .arg(&key)
+                .arg(0)
+                .arg(-1)
+                .query(&mut conn)?,
+            "string" => redis::cmd("GET").arg(&key).query(&mut conn)?,
+            _ => redis::Value::Nil,
+        };
+        lines.push(format!("{key} {kind} pttl={ttl} {value:?}"));
+    }
+    Ok(lines)
 }
 
 /// Kills a child process (`SIGKILL`) and reaps it.
