@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use fairlock::{Client, Error};
 use redis::Commands;
-use support::{wait_until, wait_until_async, Proxy, RedisServer};
+use support::{wait_until, wait_until_async, Direction, Proxy, RedisServer};
 
 /// Keys of `name` other than call marks (which expire by themselves), and the call marks
 /// without a TTL (there must be none).
@@ -433,6 +433,53 @@ async fn replies_lost_after_the_script_ran_are_settled_exactly_once() {
         2,
         "counted down once"
     );
+}
+
+/// An acquire that ran but whose reply was lost is settled before its call returns; a caller that
+/// stops waiting while that settle cannot reach Redis (a `timeout()`, an abort) leaves it to the
+/// background, which gives the permits back once Redis answers again. (The settle used to be
+/// dropped with the call, leaving the permits taken for good: a torture run lost one so.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_cancelled_while_its_lost_reply_is_settled_still_gives_its_permits_back() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let proxy = Proxy::start(server.port());
+    let c = proxied(&proxy, None).await;
+    let name = "sem:settle-cancelled";
+    let sem = c.semaphore(name);
+    assert!(sem.try_set_permits(3).await.unwrap());
+    // Scripts cached first (a lost NOSCRIPT reply would keep the script from running at all).
+    sem.acquire(1).await.unwrap().release().await.unwrap();
+
+    // The acquire runs; its reply is lost, and so is every request after it.
+    proxy.set_blackhole_replies(true);
+    let s = sem.clone();
+    let call = tokio::spawn(async move { s.acquire(2).await });
+    wait_until(Duration::from_secs(5), "the acquire ran", || {
+        raw.get::<_, i64>(name).unwrap() == 1
+    });
+    let before = proxy.dropped(Direction::Up);
+    proxy.set_blackhole_requests(true);
+    // The reply times out and the call sends its settle, which never arrives: the call is
+    // cancelled then.
+    wait_until(Duration::from_secs(5), "the settle was sent", || {
+        proxy.dropped(Direction::Up) > before
+    });
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    assert_eq!(raw.get::<_, i64>(name).unwrap(), 1, "nothing settled yet");
+    proxy.clear();
+    wait_until(Duration::from_secs(10), "the permits came back", || {
+        raw.get::<_, i64>(name).unwrap() == 3
+    });
+    // And only once: a later release and acquire see the full count.
+    let p = sem
+        .try_acquire(3, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("all 3 back");
+    assert_eq!(p.release().await.unwrap(), 3);
+    c.shutdown().await;
 }
 
 /// A latch: set, counted down by several clients, awaited by several; opens for all at zero

@@ -340,9 +340,13 @@ impl ExpirableSemaphore {
                 ))
             }
             Err(e) => {
-                // Never answered: release what it may have taken.
-                let semaphore = unsettled.semaphore.take().expect("still unsettled");
-                if let Err(again) = semaphore.release_ids(&ids, Instant::now()).await {
+                // Never answered: release what it may have taken. `unsettled` stays armed until
+                // the release is answered: a caller that stops waiting during it leaves the
+                // release to the background (releasing ids is idempotent), never half done.
+                let semaphore = unsettled.semaphore.clone().expect("still unsettled");
+                let released = semaphore.release_ids(&ids, Instant::now()).await;
+                unsettled.semaphore = None;
+                if let Err(again) = released {
                     tracing::warn!(
                         name = %self.core.name,
                         error = %crate::error::chain(&again),

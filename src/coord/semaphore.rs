@@ -255,9 +255,14 @@ impl Semaphore {
                 Err(Error::bad_reply("semaphore acquire", other))
             }
             Err(e) => {
-                // The outcome is unknown: settle it before reporting the failure.
-                let semaphore = unsettled.semaphore.take().expect("still unsettled");
-                if let Err(again) = semaphore.give_back(&mark, permits, started).await {
+                // The outcome is unknown: settle it before reporting the failure. `unsettled`
+                // stays armed until the settle is answered: a caller that stops waiting during it
+                // leaves the settle to the background (safe to send any number of times), never
+                // half done with the permits still taken.
+                let semaphore = unsettled.semaphore.clone().expect("still unsettled");
+                let settled = semaphore.give_back(&mark, permits, started).await;
+                unsettled.semaphore = None;
+                if let Err(again) = settled {
                     tracing::warn!(
                         name = %self.core.name,
                         error = %crate::error::chain(&again),

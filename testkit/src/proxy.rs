@@ -82,6 +82,9 @@ struct Shared {
     next_id: AtomicU64,
     accepted: AtomicU64,
     refused: AtomicU64,
+    /// Chunks thrown away so far, client to server and server to client.
+    dropped_up: AtomicU64,
+    dropped_down: AtomicU64,
 }
 
 impl Shared {
@@ -145,6 +148,8 @@ impl Proxy {
             next_id: AtomicU64::new(1),
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            dropped_up: AtomicU64::new(0),
+            dropped_down: AtomicU64::new(0),
         });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let task_shared = shared.clone();
@@ -257,6 +262,15 @@ impl Proxy {
             self.shared.accepted.load(Ordering::SeqCst),
             self.shared.refused.load(Ordering::SeqCst),
         )
+    }
+
+    /// How many chunks (reads of one side) travelling in `dir` were thrown away so far: a test
+    /// waits on it to know that a request (or reply) met the blackhole.
+    pub fn dropped(&self, dir: Direction) -> u64 {
+        match dir {
+            Direction::Up => self.shared.dropped_up.load(Ordering::SeqCst),
+            Direction::Down => self.shared.dropped_down.load(Ordering::SeqCst),
+        }
     }
 
     /// The proxy's local addresses on its server-side connections: the `addr` field `CLIENT LIST`
@@ -403,6 +417,11 @@ async fn pump(
             let flag = tainted.flag(dir);
             if shared.blackholed(dir) || flag.load(Ordering::SeqCst) {
                 flag.store(true, Ordering::SeqCst);
+                match dir {
+                    Direction::Up => &shared.dropped_up,
+                    Direction::Down => &shared.dropped_down,
+                }
+                .fetch_add(1, Ordering::SeqCst);
                 continue;
             }
             let at = Instant::now() + shared.latency(dir) + extra;
