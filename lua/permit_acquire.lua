@@ -23,12 +23,11 @@ if redis.call('ZSCORE', expiries, ARGV[5]) then
   return {1, 0}
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_now_ms()
 
 local expired = redis.call('ZRANGEBYSCORE', expiries, 0, now, 'LIMIT', 0, wanted)
 if #expired > 0 then
-  redis.call('ZREM', expiries, unpack(expired))
+  zrem_all(expiries, expired, 1)
   local value = redis.call('INCRBY', name, #expired)
   if value > 0 then
     redis.call(publish_cmd, channel, value)

@@ -5,14 +5,12 @@
 -- KEYS[1] the semaphore NAME, KEYS[2] the permits' expiries `{NAME}:timeout`
 -- ARGV[1] publish command, ARGV[2] the semaphore's channel, ARGV[3..] permit ids (raw 16 bytes)
 --
+-- Any number of ids: they are removed in chunks (`zrem_all`, lua/permit_prologue.lua).
+--
 -- Reply: how many of the ids were there (and are now available again).
 
 local name, expiries = KEYS[1], KEYS[2]
-local ids = {}
-for i = 3, #ARGV do
-  ids[#ids + 1] = ARGV[i]
-end
-local removed = redis.call('ZREM', expiries, unpack(ids))
+local removed = zrem_all(expiries, ARGV, 3)
 if removed > 0 then
   local value = redis.call('INCRBY', name, removed)
   redis.call(ARGV[1], ARGV[2], value)

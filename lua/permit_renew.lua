@@ -16,8 +16,7 @@ for i = 2, #ARGV do
     return 0
   end
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_now_ms()
 for i = 2, #ARGV do
   redis.call('ZADD', expiries, 'XX', now + lease, ARGV[i])
 end

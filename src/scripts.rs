@@ -18,6 +18,10 @@ const FAIR_PROLOGUE: &str = include_str!("../lua/fair_prologue.lua");
 /// of the scripts that use them (`rw "file"` below).
 const RW_PROLOGUE: &str = include_str!("../lua/rw_prologue.lua");
 
+/// The expirable semaphore's helpers (`lua/permit_prologue.lua`), joined in front of its scripts
+/// (`permit "file"` below).
+const PERMIT_PROLOGUE: &str = include_str!("../lua/permit_prologue.lua");
+
 /// The line in a fair script where the prologue goes; a script without it gets the prologue in
 /// front. What a script does above the marker (its cheapest paths) runs without defining any of
 /// the prologue's helpers.
@@ -47,7 +51,8 @@ impl Deref for Lua {
 }
 
 /// Declares the scripts as `Lua` statics (`fair "file"`: with the fair prologue; `rw "file"`: with
-/// the read-write queue's prologue in front; `plain "file"`: as it is), and [`ALL`] listing them.
+/// the read-write queue's prologue in front; `permit "file"`: with the expirable semaphore's;
+/// `plain "file"`: as it is), and [`ALL`] listing them.
 macro_rules! scripts {
     ($($name:ident = $how:ident $file:literal;)*) => {
         $(
@@ -64,6 +69,9 @@ macro_rules! scripts {
     };
     (@source rw $file:literal) => {
         format!("{}\n{}", RW_PROLOGUE, include_str!(concat!("../lua/", $file)))
+    };
+    (@source permit $file:literal) => {
+        format!("{}\n{}", PERMIT_PROLOGUE, include_str!(concat!("../lua/", $file)))
     };
     (@source plain $file:literal) => {
         include_str!(concat!("../lua/", $file)).to_owned()
@@ -95,10 +103,10 @@ scripts! {
     SEMAPHORE_SET_PERMITS = plain "semaphore_set_permits.lua";
     SEMAPHORE_ADD_PERMITS = plain "semaphore_add_permits.lua";
     SEMAPHORE_DRAIN = plain "semaphore_drain.lua";
-    PERMIT_ACQUIRE = plain "permit_acquire.lua";
-    PERMIT_RELEASE = plain "permit_release.lua";
-    PERMIT_RENEW = plain "permit_renew.lua";
-    PERMIT_COUNTS = plain "permit_counts.lua";
+    PERMIT_ACQUIRE = permit "permit_acquire.lua";
+    PERMIT_RELEASE = permit "permit_release.lua";
+    PERMIT_RENEW = permit "permit_renew.lua";
+    PERMIT_COUNTS = permit "permit_counts.lua";
     LATCH_SET_COUNT = plain "latch_set_count.lua";
     LATCH_COUNT_DOWN = plain "latch_count_down.lua";
     LATCH_DELETE = plain "latch_delete.lua";

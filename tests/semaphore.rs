@@ -144,6 +144,81 @@ async fn bad_input_gets_typed_errors_before_any_io() {
     assert_eq!(tagged.count_down().await.unwrap(), 0);
 }
 
+/// Expirable permits at the edges of the count: `u32::MAX` and anything over `MAX_PERMITS` are
+/// refused before anything is allocated or sent (`u32::MAX` used to abort the process on a 64 GB
+/// allocation), and every count up to the limit can be taken, released, given back by a drop,
+/// reclaimed after its lease and given back at shutdown (8,000 or more used to fail in Lua's
+/// `unpack`: the permits stayed taken until their lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expirable_permits_at_the_limits_of_the_count() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let name = "pes:limits";
+    let sem = c.expirable_semaphore(name);
+    let max = fairlock::ExpirableSemaphore::MAX_PERMITS;
+    for too_many in [u32::MAX, max + 1] {
+        let e = sem
+            .try_acquire(too_many, Duration::ZERO, None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidArgument {
+                    argument: "permits",
+                    ..
+                }
+            ),
+            "{too_many}: {e:?}"
+        );
+    }
+    assert!(!raw.exists::<_, bool>(name).unwrap(), "nothing was sent");
+    assert!(sem.try_set_permits(max).await.unwrap());
+    let available = |raw: &mut redis::Connection| raw.get::<_, i64>(name).unwrap();
+
+    // Released by the guard.
+    let all = sem.acquire(max, None).await.unwrap();
+    assert_eq!(all.count(), max as usize);
+    assert_eq!(available(&mut raw), 0);
+    assert_eq!(all.release().await.unwrap(), max as usize);
+    assert_eq!(available(&mut raw), i64::from(max));
+
+    // Given back by a drop, in the background.
+    let many = 10_000;
+    drop(sem.acquire(many, None).await.unwrap());
+    wait_until(
+        Duration::from_secs(10),
+        "a dropped guard's permits back",
+        || available(&mut raw) == i64::from(max),
+    );
+
+    // Reclaimed by the next acquire once their lease ran out (one script, chunked removal).
+    let leased = sem
+        .acquire(max, Some(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    leased.forget();
+    let again = sem
+        .try_acquire(max, Duration::from_secs(5), Some(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("reclaimed after the lease");
+    assert_eq!(again.release().await.unwrap(), max as usize);
+    assert_eq!(available(&mut raw), i64::from(max));
+
+    // Given back at shutdown.
+    let kept = sem.acquire(many, None).await.unwrap();
+    c.shutdown().await;
+    assert!(kept.is_lost());
+    assert_eq!(available(&mut raw), i64::from(max));
+    let keys: Vec<String> = raw.keys(format!("*{name}*")).unwrap();
+    let timeouts: Vec<&String> = keys.iter().filter(|k| k.ends_with(":timeout")).collect();
+    for key in timeouts {
+        assert_eq!(raw.zcard::<_, i64>(key).unwrap(), 0, "{key}");
+    }
+}
+
 /// Waiters sleep until a release message, which wakes the waiters of this client its count can
 /// serve: a release of two permits serves two waiters, each within far less than the re-check
 /// period.

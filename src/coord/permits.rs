@@ -75,6 +75,12 @@ pub struct ExpirableSemaphore {
 }
 
 impl ExpirableSemaphore {
+    /// The most permits one call takes (or one guard holds): 65,536. Each permit is an id of its
+    /// own that every acquire, renewal and release of the guard sends, so a larger count is
+    /// refused with [`Error::InvalidArgument`] before anything is allocated or sent. Every count
+    /// up to it can be acquired, renewed and released.
+    pub const MAX_PERMITS: u32 = 65_536;
+
     pub(crate) fn new(inner: Arc<Inner>, name: String) -> Self {
         let (expiries, channel) = (permit_expiries(&name).into(), semaphore_channel(&name));
         ExpirableSemaphore {
@@ -181,7 +187,8 @@ impl ExpirableSemaphore {
     /// expire `d` after they were taken.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for zero permits or a bad lease; [`Error::InvalidName`],
+    /// [`Error::InvalidArgument`] for zero permits, more than [`MAX_PERMITS`](Self::MAX_PERMITS)
+    /// or a bad lease; [`Error::InvalidName`],
     /// [`Error::Shutdown`], [`Error::Redis`] when attempts kept failing for one watchdog timeout
     /// (transient errors are retried, as `lock()` does; `try_acquire`: until its wait ran out),
     /// or at once for an error that is not transient (anything an attempt took is released
@@ -243,11 +250,17 @@ impl ExpirableSemaphore {
         lease: Option<Duration>,
     ) -> Result<Option<ExpirablePermits>> {
         self.check()?;
-        if permits == 0 {
-            return Err(Error::invalid_argument("permits", "must be at least 1"));
+        if permits == 0 || permits > Self::MAX_PERMITS {
+            return Err(Error::invalid_argument(
+                "permits",
+                format!(
+                    "{permits} is not between 1 and {} (ExpirableSemaphore::MAX_PERMITS)",
+                    Self::MAX_PERMITS
+                ),
+            ));
         }
         let (lease_ms, watchdog) = match lease {
-            Some(d) => (crate::config::duration_ms("lease", d)?, false),
+            Some(d) => (crate::config::lease_ms("lease", d)?, false),
             None => (
                 self.core.inner.config.watchdog_timeout.as_millis() as i64,
                 true,
