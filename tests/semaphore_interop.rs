@@ -168,6 +168,30 @@ async fn latches_shared_with_java(peer: &JavaPeer, c: &Client, name: &str, nodes
     assert_eq!(r.ok("java delete"), "true");
     assert!(ours.await.unwrap().unwrap());
     assert_eq!(latch.count().await.unwrap(), 0);
+
+    // Deleted by us: Java's waiters return too, with and without a timeout (Redisson's own
+    // delete publishes `1`, on which they keep waiting; ours publishes `0`).
+    assert!(latch.try_set_count(2).await.unwrap());
+    let unbounded = peer.send(&format!("latch await {name} -1"));
+    let bounded = peer.send(&format!("latch await {name} 60000"));
+    support::wait_until(ANSWER, "both Java awaits subscribed", || {
+        subscribers(nodes, &channel) >= 1
+    });
+    // (Both awaits share the JVM's one subscription, and each reads the count again once its
+    // listener is in: two round trips through the JVM let both get there before the delete.)
+    for _ in 0..2 {
+        let r = peer.call(&format!("latch count {name}")).await;
+        assert_eq!(r.ok("java getCount"), "2");
+    }
+    let deleted = Instant::now();
+    assert!(latch.delete().await.unwrap());
+    unbounded
+        .wait(ANSWER)
+        .await
+        .ok("java await() after our delete");
+    let r = bounded.wait(ANSWER).await;
+    assert_eq!(r.ok("java await(60 s) after our delete"), "true");
+    assert!(deleted.elapsed() < WOKEN, "{:?}", deleted.elapsed());
 }
 
 /// Expirable permits across sides: one pool, ids each side can release, our watchdog permit

@@ -21,8 +21,9 @@ use crate::scripts;
 
 /// A count-down latch shared with Java services, in Redisson's `RCountDownLatch` layout: the key
 /// `NAME` holds the count (deleted when it reaches zero), and the channel
-/// `redisson_countdownlatch__channel__{NAME}` carries `0` when it opens and `1` when it is set or
-/// deleted. Java's `await` and ours on one name open together, whichever side counts down.
+/// `redisson_countdownlatch__channel__{NAME}` carries `0` when it opens (counted down to zero, or
+/// deleted by fairlock) and `1` when it is set. Java's `await` and ours on one name open
+/// together, whichever side counts down.
 ///
 /// A latch that does not exist counts zero: [`wait`](Self::wait) returns at once. Set it first
 /// with [`try_set_count`](Self::try_set_count).
@@ -133,8 +134,11 @@ impl CountDownLatch {
         Ok(value.unwrap_or(0).max(0) as u64)
     }
 
-    /// Deletes the latch (its waiters, Java's and ours, see a count of zero and return); `Ok(false)`
-    /// when it did not exist.
+    /// Deletes the latch and tells its waiters, which then find it open (a missing latch counts
+    /// zero) and return, Java's included: the delete publishes `0` ("opened"), the message
+    /// Redisson's waiters re-read the count on. (Redisson's own `delete` publishes `1`, on which
+    /// a Java `await()` keeps waiting: for ever without a timeout, while ours still return.)
+    /// `Ok(false)` when it did not exist.
     ///
     /// # Errors
     /// [`Error::InvalidName`], [`Error::Shutdown`], [`Error::Redis`].
