@@ -11,6 +11,10 @@
 -- ARGV[5] the TTL (ms) the remaining holds need, -1 to leave the TTL as it is,
 -- ARGV[6] publish command, ARGV[7] release channel of this lock
 --
+-- When holds remain and their TTL cuts the lock's by more than half (a watchdog hold released
+-- while a short fixed one stays), the head is told ('0'): it sleeps until the TTL its last attempt
+-- saw, and the lock may now expire long before that (an expiry announces nothing).
+--
 -- Reply: {1, 0}      released: the lock is free or handed to the head of the queue, if any
 --        {0, count}  holds remain: `count` of them
 --        {2, 0}      the lock no longer existed (it expired or was deleted; a fair lock treats
@@ -27,8 +31,9 @@ local dark, remaining_ttl = ARGV[4] == '1', tonumber(ARGV[5])
 local publish_cmd, channel_prefix = ARGV[6], ARGV[7]
 
 local held = tonumber(redis.call('HGET', k.name, field)) or 0
--- The reply once the lock is handed on (below the prologue), and the head if already read.
-local outcome, head
+-- The reply once the lock is handed on (below the prologue), the head if already read, and
+-- whether holds remain under a TTL cut by more than half (the head is told, below).
+local outcome, head, cut
 if held == 0 then
   if redis.call('EXISTS', k.name) == 1 then
     return {-1, 0}
@@ -45,22 +50,35 @@ else
   if held > by then
     redis.call('HINCRBY', k.name, field, -by)
     if remaining_ttl > 0 then
+      local before = redis.call('PTTL', k.name)
       redis.call('PEXPIRE', k.name, remaining_ttl)
+      cut = before > 2 * remaining_ttl
     end
-    return {0, held - by}
+    if not cut then
+      return {0, held - by}
+    end
+    outcome = {0, held - by}
+  else
+    -- The uncontended path: nobody queued, so the lock and whatever L and G still hold go in
+    -- one DEL.
+    head = redis.call('LINDEX', k.queue, 0)
+    if head == false then
+      redis.call('DEL', k.name, k.liveness, k.grants)
+      return {1, 0}
+    end
+    redis.call('DEL', k.name)
+    outcome = {1, 0}
   end
-  -- The uncontended path: nobody queued, so the lock and whatever L and G still hold go in one
-  -- DEL.
-  head = redis.call('LINDEX', k.queue, 0)
-  if head == false then
-    redis.call('DEL', k.name, k.liveness, k.grants)
-    return {1, 0}
-  end
-  redis.call('DEL', k.name)
-  outcome = {1, 0}
 end
 -- Everything above runs before the shared prologue's helpers are even defined (src/scripts.rs
 -- puts the prologue at the marker below): only a hand-over needs them.
 -- @prologue
+if cut then
+  head = redis.call('LINDEX', k.queue, 0)
+  if head then
+    tell(publish_cmd, channel_prefix, head)
+  end
+  return outcome
+end
 pass_on(k, publish_cmd, channel_prefix, head or nil)
 return outcome

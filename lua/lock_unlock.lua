@@ -8,6 +8,10 @@
 -- ARGV[5] the TTL (ms) the remaining holds need, -1 to leave the TTL as it is,
 -- ARGV[6] publish command, ARGV[7] release channel
 --
+-- When holds remain and their TTL cuts the lock's by more than half (a watchdog hold released
+-- while a short fixed one stays), '0' is published too: waiters sleep until the TTL an attempt
+-- showed them, and the lock may now expire long before that (an expiry announces nothing).
+--
 -- Reply: {1, 0} released ('0' published on the release channel), {0, count} holds remain,
 --        {2, 0} the lock no longer existed, {-1, 0} somebody else holds it,
 --        {3, count} our count is not what the caller believes: nothing was changed.
@@ -34,7 +38,11 @@ end
 if held > by then
   redis.call('HINCRBY', name, field, -by)
   if remaining_ttl > 0 then
+    local before = redis.call('PTTL', name)
     redis.call('PEXPIRE', name, remaining_ttl)
+    if before > 2 * remaining_ttl then
+      redis.call(publish_cmd, channel, '0')
+    end
   end
   return {0, held - by}
 end

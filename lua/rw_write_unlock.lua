@@ -12,6 +12,10 @@
 -- published, which wakes every waiter (Redisson publishes nothing on a downgrade, so readers
 -- waiting elsewhere would sleep until the TTL).
 --
+-- Holds that remain keep the TTL they need; when that cuts the lock's by more than half (a
+-- watchdog hold released while a short fixed one stays), '1' is published too, so waiters told
+-- the old TTL look again (an expiry announces nothing).
+--
 -- Reply: {1, 0} our write holds are gone, {0, count} holds remain, {2, 0} the lock no longer
 --        existed, {-1, 0} we do not hold it for writing, {3, count} our count is not what the
 --        caller believes: nothing was changed.
@@ -39,8 +43,12 @@ if held > by then
   redis.call('HINCRBY', name, field, -by)
   if remaining_ttl > 0 then
     -- Our own read holds (a downgrade) may need more than the write holds left.
-    if redis.call('HLEN', name) == 2 or redis.call('PTTL', name) < remaining_ttl then
+    local before = redis.call('PTTL', name)
+    if redis.call('HLEN', name) == 2 or before < remaining_ttl then
       redis.call('PEXPIRE', name, remaining_ttl)
+      if before > 2 * remaining_ttl then
+        redis.call(publish_cmd, channel, '1')
+      end
     end
   end
   return {0, held - by}
