@@ -22,6 +22,14 @@ use crate::error::{Error, Result};
 /// queue entry without a deadline.
 pub const MAX_DURATION: Duration = Duration::from_millis(1_000_000_000_000);
 
+/// The shortest lease fairlock accepts: 3 ms. Every hold is trusted until its grant's send time
+/// plus the lease less a drift margin of 1 % + 2 ms (see
+/// [`LockGuard::valid_until`](crate::LockGuard::valid_until)); a lease of 2 ms or less leaves
+/// nothing after that margin, so a grant made with it could never be trusted when it arrives.
+/// Shorter leases are refused with [`Error::InvalidArgument`] before any I/O, for every lock,
+/// semaphore and [`RedLock`](crate::RedLock).
+pub const MIN_LEASE: Duration = Duration::from_millis(3);
+
 /// Default watchdog timeout: the TTL of a lock taken without a lease (Redisson's 30 s).
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default liveness window of a queued fair waiter: a waiter whose client stops refreshing its
@@ -772,6 +780,29 @@ impl Builder {
             metrics_lock_names: self.metrics_lock_names,
         })
     }
+}
+
+/// The drift margin subtracted from a lease before the local validity deadline: 1 % + 2 ms, as
+/// Redlock uses for clock drift between client and server.
+pub(crate) fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// Converts a lease to whole milliseconds for Redis, as [`duration_ms`] does, and refuses one
+/// that leaves no validity after its drift margin (under [`MIN_LEASE`]): a grant made with it
+/// could never be trusted, and a call would retry it until its wait ran out.
+pub(crate) fn lease_ms(argument: &'static str, lease: Duration) -> Result<i64> {
+    let ms = duration_ms(argument, lease)?;
+    if lease < MIN_LEASE {
+        return Err(Error::invalid_argument(
+            argument,
+            format!(
+                "{lease:?} leaves no validity after the drift margin of {:?} (the shortest lease is {MIN_LEASE:?})",
+                drift(lease)
+            ),
+        ));
+    }
+    Ok(ms)
 }
 
 /// Converts a duration to whole milliseconds for Redis, rejecting zero and values beyond `i64` ms.

@@ -22,6 +22,14 @@ pub enum Error {
     #[error("Redis request failed")]
     Redis(#[source] redis::RedisError),
 
+    /// Redis refused the client's credentials when it connected: the server needs a password
+    /// and none was given, or the username or password is wrong. Found by
+    /// [`Client::connect`](crate::Client::connect) and [`Builder::build`](crate::Builder::build),
+    /// before any lock is used. The server's reply (`NOAUTH`, `WRONGPASS`, …) is the
+    /// [`source`](std::error::Error::source).
+    #[error("Redis refused the client's credentials (check the username and password)")]
+    Authentication(#[source] redis::RedisError),
+
     /// The lock is not held by this holder: it was released already, it expired, somebody
     /// force-unlocked it, or the guard had already been told it was lost.
     #[error("the lock is not held by this holder")]
@@ -82,7 +90,9 @@ pub enum Error {
     /// [`ReadWriteLock`](crate::ReadWriteLock) for reading only. The writer would wait for ever
     /// behind its own read holds (Redisson's `RReadWriteLock` blocks there); release the read
     /// holds first. Nothing was taken. (The other way, write then read, is a downgrade and is
-    /// allowed.)
+    /// allowed.) Only calls that share a [`Holder`](crate::Holder) with the reader can be
+    /// refused: without one, a task that holds a read guard and asks for the write lock is a
+    /// second holder and waits for ever on itself (see [`ReadWriteLock`](crate::ReadWriteLock)).
     #[error(
         "holder {field:?} holds lock {name:?} for reading: it cannot also take it for writing"
     )]
@@ -120,9 +130,27 @@ impl Error {
         matches!(self, Error::NotHeld)
     }
 
-    /// The error came from Redis or from the connection to it.
+    /// The error came from Redis or from the connection to it (authentication failures
+    /// included).
     pub fn is_redis(&self) -> bool {
-        matches!(self, Error::Redis(_))
+        matches!(self, Error::Redis(_) | Error::Authentication(_))
+    }
+
+    /// Redis refused the client's credentials ([`Authentication`](Error::Authentication)).
+    pub fn is_authentication(&self) -> bool {
+        matches!(self, Error::Authentication(_))
+    }
+
+    /// `e` is Redis refusing the credentials (or their absence): the error redis-rs gives when
+    /// `AUTH` fails, or a server's `NOAUTH` / `WRONGPASS` reply.
+    pub(crate) fn authentication(e: redis::RedisError) -> Self {
+        let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
+        if refused {
+            Error::Authentication(e)
+        } else {
+            Error::Redis(e)
+        }
     }
 
     /// A Redis command timed out (see `Builder::command_timeout`).

@@ -742,6 +742,16 @@ impl LockSpec {
         }
     }
 
+    /// For a side of a read-write lock, the owner field the same holder has on the other side
+    /// (a reader's `base:write`, a writer's `base`); `None` for a mutex.
+    pub(crate) fn other_side_field(&self, base: &Arc<str>) -> Option<Arc<str>> {
+        match self.kind {
+            Kind::Read => Some(format!("{base}:write").into()),
+            Kind::Write => Some(base.clone()),
+            Kind::Fair | Kind::NonFair => None,
+        }
+    }
+
     /// The lease-key base a renewal of this lock's holds names (`''`: no lease keys).
     pub(crate) fn renewal_base(&self) -> &str {
         match self.kind {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::config::duration_ms;
+use crate::config::lease_ms;
 use crate::engine::validity::drift;
 use crate::engine::validity::LostReason;
 use crate::error::{Error, Result};
@@ -335,7 +335,7 @@ impl RedLock {
         // watchdog timeout, and the shortest one among the masters' clients is the safe bound.
         let validity_lease = match lease {
             Some(lease) => {
-                duration_ms("lease", lease)?;
+                lease_ms("lease", lease)?;
                 lease
             }
             None => self
@@ -619,7 +619,7 @@ impl RedLockGuard {
     /// Cancel safe: dropping the future leaves the validity as it was (some masters may have
     /// extended the lock, which only keeps it longer there).
     pub async fn extend(&mut self, lease: Duration) -> Result<()> {
-        duration_ms("lease", lease)?;
+        lease_ms("lease", lease)?;
         if !self.fixed_lease {
             return Err(Error::invalid_argument(
                 "extend",

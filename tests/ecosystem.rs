@@ -221,3 +221,39 @@ async fn health_pings_and_reports_the_subscription_connection() {
     assert!(outcome.unwrap_err().is_shutdown());
     drop(held);
 }
+
+/// A server that needs a password: `connect` (and the builder's `build`) fail at once with an
+/// authentication error when the password is missing or wrong, instead of succeeding and letting
+/// the first lock fail with a protocol error. With the right password, locks work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_checked_when_connecting() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("s3cret")
+        .query(&mut raw)
+        .unwrap();
+    let port = server.port();
+    for url in [
+        format!("redis://127.0.0.1:{port}"),
+        format!("redis://:wrong@127.0.0.1:{port}"),
+        format!("redis://nobody:s3cret@127.0.0.1:{port}"),
+    ] {
+        let e = Client::connect(&url).await.unwrap_err();
+        assert!(e.is_authentication(), "{url}: {e:?}");
+        assert!(e.to_string().contains("credentials"), "{e}");
+        let e = Client::builder()
+            .standalone(url.as_str())
+            .build()
+            .await
+            .unwrap_err();
+        assert!(e.is_authentication(), "{url}: {e:?}");
+    }
+    let c = Client::connect(&format!("redis://:s3cret@127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let guard = c.fair_lock("behind-a-password").lock().await.unwrap();
+    guard.unlock().await.unwrap();
+}

@@ -238,26 +238,6 @@ async fn unlock_by_a_non_holder_is_not_held() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unlocking_an_expired_fair_lock_succeeds() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let mut raw = server.conn();
-    let guard = c
-        .fair_lock("short")
-        .lock_with_lease(Duration::from_millis(100))
-        .await
-        .unwrap();
-    wait_until(Duration::from_secs(5), "lease expiry", || {
-        !raw.exists::<_, bool>("short").unwrap()
-    });
-    assert_eq!(guard.lost().await, fairlock::LostReason::LeaseExpired);
-    guard
-        .unlock()
-        .await
-        .expect("Redisson's fair unlock of an expired lock succeeds");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_expiry_lets_the_head_in() {
     let server = RedisServer::start();
     // A long liveness window: the head is woken by its own TTL hint, not by a heartbeat.

@@ -132,6 +132,74 @@ async fn a_fixed_lease_granted_directly_gets_its_whole_lease() {
     assert!(!raw.exists::<_, bool>(name).unwrap());
 }
 
+/// Writes stall (`CLIENT PAUSE WRITE`, 2.5 s) right after a direct hand-off, across the moment
+/// the new holder extends the grant's short TTL (a third of the 5 s liveness window in) with a
+/// 500 ms command timeout. The extension is retried as the watchdog retries a renewal, so the
+/// hold is as safe as one acquired the ordinary way: still trusted, and held, after the grant's
+/// TTL. Before, the one extension timed out, was never retried, and the guard reported the lock
+/// lost at ~5 s while Redis still held it (or, in another run, the key was gone at 7 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_grant_rides_out_a_write_stall_over_its_extension() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let a = Client::connect(&server.url()).await.unwrap();
+    let b = Client::builder()
+        .standalone(server.url())
+        .command_timeout(Duration::from_millis(500))
+        .timer_tick(Duration::from_millis(10))
+        .build()
+        .await
+        .unwrap();
+    let name = "direct-stall";
+    // A round whose waiter's own re-check attempt crossed the grant takes the hold up from Redis
+    // with its whole lease (no extension to test): such rounds are run again.
+    for round in 0..10 {
+        let held = a.fair_lock(name).lock().await.unwrap();
+        let lb = b.fair_lock(name);
+        let waiter = tokio::spawn(async move { lb.lock().await });
+        let head = wait_queued(&mut raw, name, 1);
+        let channel = format!("redisson_lock__channel:{{{name}}}:{head}");
+        wait_until(Duration::from_secs(10), "subscribed", || {
+            let (_, n): (String, i64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query(&mut raw)
+                .unwrap();
+            n == 1
+        });
+        held.unlock().await.unwrap();
+        let granted = tokio::time::Instant::now();
+        let pttl: i64 = raw.pttl(name).unwrap();
+        let guard = waiter.await.unwrap().unwrap();
+        if pttl > 5_000 {
+            eprintln!("round {round}: the re-check crossed the grant; again");
+            guard.unlock().await.unwrap();
+            continue;
+        }
+        // The stall, from 100 ms after the grant to 2.6 s: over the extension at ~1.67 s.
+        tokio::time::sleep_until(granted + Duration::from_millis(100)).await;
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(2500)
+            .arg("WRITE")
+            .query(&mut raw)
+            .unwrap();
+        // Past the grant's TTL (5 s): an ordinary hold would still be held and trusted.
+        tokio::time::sleep_until(granted + Duration::from_secs(6)).await;
+        assert!(
+            !guard.is_lost(),
+            "reported lost after the stall (round {round})"
+        );
+        let owners: Vec<(String, i64)> = raw.hgetall(name).unwrap();
+        assert_eq!(owners, vec![(head, 1)], "held in Redis");
+        assert!(raw.pttl::<_, i64>(name).unwrap() > 20_000, "the lease");
+        assert!(guard.valid_until() > std::time::Instant::now() + Duration::from_secs(20));
+        guard.unlock().await.unwrap();
+        return;
+    }
+    panic!("no round took the grant up from its message");
+}
+
 /// The grant reaches Redis while the waiter is giving up (its message is still on the way): the
 /// give-up finds the field granted and not queued, gives the hold back and passes the lock on to
 /// the next waiter at once, instead of leaving it held until the grant's TTL.

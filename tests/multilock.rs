@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use fairlock::{Client, Error, LostReason, MultiLock, MultiMember};
 use redis::Commands;
-use support::{JavaOptions, JavaPeer, JavaTopology, RedisServer};
+use support::{wait_until, JavaOptions, JavaPeer, JavaTopology, RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_lock_takes_all_or_nothing_in_one_order() {
@@ -92,6 +92,184 @@ async fn a_lost_member_loses_the_multi_guard() {
         !raw.exists::<_, bool>("lost:a").unwrap(),
         "the kept member was released"
     );
+}
+
+/// The members of `multi` in the order it takes them.
+fn order(multi: &MultiLock) -> Vec<String> {
+    multi
+        .members()
+        .iter()
+        .map(|m| m.name().to_owned())
+        .collect()
+}
+
+/// A fixed lease shorter than the wait for a later member: the members already taken must not
+/// run out meanwhile (a rival waiting for the first one would take it), and the guard that comes
+/// back holds every member, each for the whole lease from then. Before, the first member expired
+/// at 0.5 s, the rival took it, and the guard still came back at 1.5 s (already lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_runs_from_the_last_member_and_no_rival_holds_one_on_return() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let rival = Client::connect(&server.url()).await.unwrap();
+    let multi = MultiLock::new([c.fair_lock("fl:a").into(), c.lock("fl:b").into()]);
+    let members = order(&multi);
+    let (first, second) = (members[0].clone(), members[1].clone());
+    let lease = Duration::from_millis(500);
+    // The second member is held by a rival for 1.5 s; a second rival waits for the first (each
+    // with the member's own kind: fl:a is fair, fl:b is not).
+    let take = |name: &str, lease: Option<Duration>| {
+        let (fair, plain) = (rival.fair_lock(name), rival.lock(name));
+        let is_fair = name == "fl:a";
+        async move {
+            match (is_fair, lease) {
+                (true, Some(l)) => fair.lock_with_lease(l).await,
+                (true, None) => fair.lock().await,
+                (false, Some(l)) => plain.lock_with_lease(l).await,
+                (false, None) => plain.lock().await,
+            }
+            .unwrap()
+        }
+    };
+    let blocker = take(&second, Some(Duration::from_millis(1500))).await;
+    let started = Instant::now();
+    let m = multi.clone();
+    let call = tokio::spawn(async move { m.try_lock(Duration::from_secs(10), Some(lease)).await });
+    wait_until(Duration::from_secs(5), "the first member taken", || {
+        raw.exists::<_, bool>(&first).unwrap()
+    });
+    let taker = {
+        let taking = take(&first, None);
+        tokio::spawn(async move {
+            let g = taking.await;
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        })
+    };
+    let guard = support::joined(call, Duration::from_secs(10), "the multi-lock")
+        .await
+        .unwrap()
+        .expect("every member within the wait");
+    let returned = Instant::now();
+    assert!(
+        returned - started >= Duration::from_millis(1200),
+        "waited for the blocker"
+    );
+    assert!(!guard.is_lost(), "returned lost");
+    for (g, name) in guard.guards().iter().zip(&members) {
+        let owners: Vec<(String, i64)> = raw.hgetall(name).unwrap();
+        assert_eq!(owners, vec![(g.owner_field().to_owned(), 1)], "{name}");
+        let pttl: i64 = raw.pttl(name).unwrap();
+        assert!(
+            pttl > 0 && pttl <= 500,
+            "{name}: the lease, not a watchdog TTL: {pttl}"
+        );
+        assert!(
+            g.valid_until() > returned + Duration::from_millis(300),
+            "{name}: valid for the lease from the last member"
+        );
+    }
+    let taken_at = support::joined(taker, Duration::from_secs(10), "the rival").await;
+    assert!(
+        taken_at >= returned,
+        "the rival held the first member before the guard came back"
+    );
+    drop(guard);
+    drop(blocker);
+}
+
+/// The watchdog path's end check: a member lost while a later one is awaited (here force-
+/// unlocked and taken by a rival) sends the call round again; it never returns a guard whose
+/// member another client holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_lost_while_a_later_one_is_awaited_is_taken_again() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = Client::builder()
+        .standalone(server.url())
+        .watchdog_timeout(Duration::from_millis(600))
+        .timer_tick(Duration::from_millis(10))
+        .build()
+        .await
+        .unwrap();
+    let rival = Client::connect(&server.url()).await.unwrap();
+    let multi = MultiLock::new([c.lock("wl:a").into(), c.fair_lock("wl:b").into()]);
+    let members = order(&multi);
+    let (first, second) = (members[0].clone(), members[1].clone());
+    let blocker = rival.lock(&second).lock().await.unwrap();
+    let m = multi.clone();
+    let call = tokio::spawn(async move { m.lock().await });
+    wait_until(Duration::from_secs(5), "the first member taken", || {
+        raw.exists::<_, bool>(&first).unwrap()
+    });
+    // An operator takes the first member away and a rival takes it. The scenario: the second
+    // member comes 800 ms later, longer than the first member's validity (600 ms less the
+    // margin, counted from its last renewal, which came before the force unlock): by then the
+    // member is known lost, by a renewal that found it gone or at its validity deadline.
+    assert!(rival.lock(&first).force_unlock().await.unwrap());
+    let stolen = rival
+        .lock(&first)
+        .lock_with_lease(Duration::from_millis(1500))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    blocker.unlock().await.unwrap();
+    let guard = support::joined(call, Duration::from_secs(10), "the multi-lock")
+        .await
+        .unwrap();
+    assert!(!guard.is_lost());
+    for (g, name) in guard.guards().iter().zip(&members) {
+        let owners: Vec<(String, i64)> = raw.hgetall(name).unwrap();
+        assert_eq!(
+            owners,
+            vec![(g.owner_field().to_owned(), 1)],
+            "{name} on return"
+        );
+    }
+    guard.unlock().await.unwrap();
+    drop(stolen);
+}
+
+/// Redlock-style use: one name as a member twice, on clients of two independent servers. Allowed
+/// (each member is a different lock); the same name twice for one client is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_name_on_clients_of_different_servers_is_two_members() {
+    let (s1, s2) = (RedisServer::start(), RedisServer::start());
+    let c1 = Client::connect(&s1.url()).await.unwrap();
+    let c2 = Client::connect(&s2.url()).await.unwrap();
+    let both = MultiLock::new([c2.lock("same").into(), c1.fair_lock("same").into()]);
+    let again = MultiLock::new([c1.fair_lock("same").into(), c2.lock("same").into()]);
+    // (c1's member is the fair one: the kind tells the clients apart.)
+    let kinds = |m: &MultiLock| -> Vec<bool> {
+        m.members()
+            .iter()
+            .map(|m| matches!(m, MultiMember::Fair(_)))
+            .collect()
+    };
+    assert_eq!(
+        kinds(&both),
+        kinds(&again),
+        "one order whatever the listing"
+    );
+    let guard = both
+        .try_lock(Duration::from_secs(2), Some(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("both free");
+    assert_eq!(guard.guards().len(), 2);
+    for server in [&s1, &s2] {
+        assert!(server.conn().exists::<_, bool>("same").unwrap());
+    }
+    assert!(again
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
+    guard.unlock().await.unwrap();
+    let twice = MultiLock::new([c1.lock("same").into(), c1.fair_lock("same").into()]);
+    assert!(twice.lock().await.unwrap_err().is_invalid_argument());
 }
 
 /// Seeded (`FAIRLOCK_MULTI_SEED` replays): six tasks over three clients take random sets of

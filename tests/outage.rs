@@ -114,6 +114,61 @@ async fn lock_gives_up_when_the_outage_outlasts_the_watchdog_timeout() {
     );
 }
 
+/// A `lock()` already waiting (asleep until its next timer, up to the watchdog timeout away)
+/// when Redis dies: its client's pub/sub connection drops at once, which sends every waiter to
+/// look, so the call's outage clock starts with the outage and the error comes one watchdog
+/// timeout (here the longer waiter liveness) after it. Before, the waiter slept out its timer
+/// first and the error came after about twice that (60.8 s with the 30 s defaults).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_lock_gives_up_one_watchdog_timeout_after_the_outage_began() {
+    let mut server = RedisServer::start();
+    let holder = Client::connect(&server.url()).await.unwrap();
+    let limit = Duration::from_secs(4);
+    let c = Client::builder()
+        .standalone(server.url())
+        .command_timeout(Duration::from_millis(300))
+        .watchdog_timeout(Duration::from_secs(2))
+        .waiter_liveness(limit)
+        .build()
+        .await
+        .unwrap();
+    let name = "outage-clock";
+    let held = holder.fair_lock(name).lock().await.unwrap();
+    let lock = c.fair_lock(name);
+    let waiter = tokio::spawn(async move { lock.lock().await });
+    let mut raw = server.conn();
+    let queue = format!("redisson_lock_queue:{{{name}}}");
+    wait_until(Duration::from_secs(10), "queued", || {
+        raw.llen::<_, i64>(&queue).unwrap() == 1
+    });
+    let head: String = raw.lindex(&queue, 0).unwrap();
+    let channel = format!("redisson_lock__channel:{{{name}}}:{head}");
+    wait_until(Duration::from_secs(10), "subscribed", || {
+        let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query(&mut raw)
+            .unwrap();
+        subscribers == 1
+    });
+    std::mem::forget(held);
+    server.kill();
+    let killed = Instant::now();
+    let err = joined(waiter, Duration::from_secs(30), "lock() gives up")
+        .await
+        .unwrap_err();
+    let took = killed.elapsed();
+    assert!(err.is_redis() && err.is_transient(), "{err:?}");
+    assert!(
+        took >= limit - Duration::from_millis(500),
+        "gave up after {took:?}"
+    );
+    assert!(
+        took < limit + Duration::from_millis(1500),
+        "gave up {took:?} after the outage began (limit {limit:?})"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_that_are_not_transient_are_returned_at_once() {
     let server = RedisServer::start();

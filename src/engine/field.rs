@@ -108,6 +108,10 @@ pub(crate) struct Account {
     pub(crate) pending_nonce: u64,
     /// The last acquire attempt's reply was lost: Redis may have `count + 1`.
     pub(crate) dark: bool,
+    /// A direct grant (PROTOCOL 8) gave the lock a TTL shorter than its hold needs (at most the
+    /// waiter liveness window), and no extension has been answered yet: the watchdog extends
+    /// it, with its renewal rules, and until then the hold is trusted for the grant's TTL only.
+    pub(crate) unconfirmed: bool,
 }
 
 /// One live guard with a fixed lease.
@@ -117,16 +121,22 @@ pub(crate) struct FixedHold {
     pub(crate) id: u64,
     /// Send time of its grant + its lease: the lock's TTL must reach at least this far.
     pub(crate) end: Instant,
-    /// `end` minus the drift margin: until when the hold can be trusted.
+    /// Until when the hold can be trusted: `full`, or less while a direct grant's short TTL is
+    /// not extended yet (see [`Account::unconfirmed`]).
     pub(crate) valid: Instant,
+    /// `end` minus the drift margin: until when the hold can be trusted once the lock's TTL
+    /// covers its whole lease.
+    pub(crate) full: Instant,
 }
 
 impl FixedHold {
     pub(crate) fn new(id: u64, sent: Instant, lease: Duration) -> Self {
+        let valid = validity_deadline(sent, lease);
         FixedHold {
             id,
             end: sent + lease,
-            valid: validity_deadline(sent, lease),
+            valid,
+            full: valid,
         }
     }
 }
@@ -472,6 +482,7 @@ impl Held {
         account.watchdog_guards = 0;
         account.watchdog_valid = None;
         account.fixed.clear();
+        account.unconfirmed = false;
         self.bump(reason, Instant::now());
         self.valid_until.store(0, Ordering::Release);
         if had_guards {
@@ -495,19 +506,46 @@ impl Held {
         }
     }
 
-    /// A watchdog renewal sent at `sent` succeeded: the watchdog holds are valid for another
-    /// timeout from then.
-    pub(crate) fn renewed(&self, sent: Instant, timeout: Duration) {
+    /// A watchdog renewal (or the extension of a direct grant) sent at `sent`, when the field
+    /// had made `grants` grants, succeeded: the watchdog holds are valid for another `timeout`
+    /// from then, and a direct grant made before it is extended to its lease (its fixed holds
+    /// trusted for their whole lease). A grant made after the renewal was sent is not
+    /// confirmed by it.
+    pub(crate) fn renewed(&self, sent: Instant, timeout: Duration, grants: u64) {
         self.lane.with(|a| {
-            if a.watchdog_guards == 0 {
-                return;
+            if a.unconfirmed && a.grants == grants {
+                a.unconfirmed = false;
+                for hold in &mut a.fixed {
+                    hold.valid = hold.valid.max(hold.full);
+                }
             }
-            let valid = validity_deadline(sent, timeout);
-            if a.watchdog_valid.is_none_or(|v| v < valid) {
-                a.watchdog_valid = Some(valid);
+            if a.watchdog_guards > 0 {
+                let valid = validity_deadline(sent, timeout);
+                if a.watchdog_valid.is_none_or(|v| v < valid) {
+                    a.watchdog_valid = Some(valid);
+                }
             }
             self.revalidate(a);
         });
+    }
+
+    /// Whether the watchdog renews the field: a live watchdog hold, or a direct grant whose
+    /// short TTL is not extended yet.
+    pub(crate) fn wants_renewal(&self) -> bool {
+        self.lane
+            .with(|a| a.watchdog_guards > 0 || (a.unconfirmed && a.has_guards()))
+    }
+
+    /// The TTL (ms) a renewal of the field sets: the watchdog timeout while a watchdog hold
+    /// lives, else (a direct grant of fixed holds being extended) what the fixed holds need.
+    pub(crate) fn renewal_ttl_ms(&self, timeout: Duration) -> i64 {
+        self.lane.with(|a| {
+            if a.watchdog_guards > 0 {
+                timeout.as_millis() as i64
+            } else {
+                a.remaining_ttl_ms(Instant::now()).max(1)
+            }
+        })
     }
 }
 
@@ -611,6 +649,15 @@ impl Helds {
             self.swept_at.store(map.len() as u64, Ordering::Relaxed);
         }
         Ok(held)
+    }
+
+    /// The state of `spec`'s lock and `field` if one lives; none is made.
+    pub(crate) fn existing(&self, spec: &Arc<LockSpec>, field: &Arc<str>) -> Option<Arc<Held>> {
+        let key = HeldKey {
+            spec: spec.clone(),
+            field: field.clone(),
+        };
+        self.lock().get(&key).and_then(Weak::upgrade)
     }
 
     /// Every field with live state (for shutdown).

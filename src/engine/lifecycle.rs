@@ -13,14 +13,18 @@ use crate::engine::inner::Inner;
 use crate::engine::lane::Lane;
 use crate::engine::release::{release_logged, What};
 use crate::engine::validity::LostReason;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::util::join_all;
 
 /// Connects, starts the subscriber and the driver, and returns the state they share.
 pub(crate) async fn start(config: Config) -> Result<Arc<Inner>> {
     crate::metrics::describe();
     let id = Uuid::new_v4();
-    let (conn, link) = Conn::connect(&config, id).await?;
+    let (conn, link) = Conn::connect(&config, id).await.map_err(|e| match e {
+        Error::Redis(e) => Error::authentication(e),
+        other => other,
+    })?;
+    check_credentials(&mut conn.clone(), config.command_timeout).await?;
     let subscriber = Subscriber::start(
         link,
         crate::conn::names::subscriber_name(id),
@@ -87,6 +91,24 @@ pub(crate) async fn shutdown(inner: &Inner) {
     inner.driver.send(Work::Shutdown(tx));
     let _ = rx.await;
     tracing::debug!(client = %inner.id, "fairlock client shut down");
+}
+
+/// Asks the server once (`PING`) whether it takes the client's credentials: redis-rs connects
+/// without a password to a server that needs one (and some topologies connect lazily), and the
+/// first lock would fail with `NOAUTH` (or a protocol error on a long command). Any other failure
+/// is left to the first real command, as before.
+async fn check_credentials(conn: &mut Conn, timeout: std::time::Duration) -> Result<()> {
+    let ping = tokio::time::timeout(timeout, redis::cmd("PING").query_async::<()>(conn)).await;
+    match ping {
+        Ok(Err(e)) => match Error::authentication(e) {
+            refused @ Error::Authentication(_) => Err(refused),
+            other => {
+                tracing::debug!(error = %crate::error::chain(&other), "PING after connecting failed");
+                Ok(())
+            }
+        },
+        _ => Ok(()),
+    }
 }
 
 /// Every lock key carries a TTL, so any eviction policy but `noeviction` may evict a held lock.

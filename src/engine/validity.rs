@@ -3,11 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-/// The drift margin subtracted from a lease before the local validity deadline: 1 % + 2 ms, as
-/// Redlock uses for clock drift between client and server.
-pub(crate) fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
+pub(crate) use crate::config::drift;
 
 /// The validity deadline of a grant or renewal sent at `sent` with a lease of `lease`: the moment
 /// up to which no other client can have taken the lock, allowing for clock drift.

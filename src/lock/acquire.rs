@@ -24,11 +24,11 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::config::duration_ms;
+use crate::config::lease_ms;
 use crate::config::ReplicaSync;
 use crate::conn::subscriber::{Mailbox, Subscription};
 use crate::conn::Conn;
-use crate::engine::driver::{AttemptFuture, Handoff, WaiterBeat, Work};
+use crate::engine::driver::{AttemptFuture, Confirm, Handoff, WaiterBeat, Work};
 use crate::engine::field::{next_id, FieldTurn, FixedHold, Held};
 use crate::engine::inner::Inner;
 use crate::engine::lane::{Entry, Lane};
@@ -95,7 +95,7 @@ impl LockGuard {
     ///
     /// # Errors
     /// [`Error::NotHeld`] when the guard is known [lost](Self::lost) or the lock turns out to be
-    /// held by somebody else; [`Error::InvalidArgument`] for a zero lease; [`Error::Redis`],
+    /// held by somebody else; [`Error::InvalidArgument`] for a lease under [`MIN_LEASE`](crate::MIN_LEASE); [`Error::Redis`],
     /// [`Error::Shutdown`].
     ///
     /// # Cancel safety
@@ -143,7 +143,7 @@ async fn acquire_inner(
 ) -> Result<Option<LockGuard>> {
     inner.check_open()?;
     let lease_ms = match req.lease {
-        Some(lease) => duration_ms("lease", lease)?,
+        Some(lease) => lease_ms("lease", lease)?,
         None => inner.config.watchdog_timeout.as_millis() as i64,
     };
     let started = Instant::now();
@@ -160,7 +160,42 @@ async fn acquire_inner(
             started.checked_add(wait)
         }
     };
-    let field = spec.owner_field(inner.field(req.holder));
+    let base = inner.field(req.holder);
+    // The two sides of a read-write lock are two owner fields of one holder, each with its own
+    // line: what the holder left to the background on the other side (a dropped guard's
+    // release, a cancelled wait's give-up) reaches Redis before this call, as it would on this
+    // side. So `drop(read_guard); write.lock()` of one holder is `read_guard.unlock().await;
+    // write.lock()`, not an upgrade the script refuses.
+    if let Some(other) = spec
+        .other_side_field(&base)
+        .and_then(|f| inner.helds.existing(spec, &f))
+    {
+        let behind = Lane::reserve(&other);
+        if matches!(behind, Entry::Waiting(..)) {
+            tracing::trace!(
+                lock = spec.name(),
+                "waits for the other side's earlier work"
+            );
+            let until = match deadline {
+                Some(d) if req.wait == Some(Duration::ZERO) => {
+                    Some(d + inner.config.command_timeout)
+                }
+                d => d,
+            };
+            match until {
+                Some(until) => {
+                    if tokio::time::timeout_at(until.into(), behind.turn())
+                        .await
+                        .is_err()
+                    {
+                        return Ok(None);
+                    }
+                }
+                None => drop(behind.turn().await),
+            }
+        }
+    }
+    let field = spec.owner_field(base);
     let held = inner.helds.get(inner, spec, &field)?;
     if req.per_call {
         held.mark_per_call();
@@ -198,6 +233,7 @@ async fn acquire_inner(
         zero_wait,
         beat: None,
         woken_by_message: None,
+        untrusted: 0,
         pending: None,
         last_nonce: 0,
         turns: None,
@@ -247,6 +283,9 @@ struct Waiter {
     beat: Option<Arc<WaiterBeat>>,
     /// When a message last woke us (for the hand-over metric: release seen → grant).
     woken_by_message: Option<Instant>,
+    /// Grants given back in a row because they could no longer be trusted when they reached us
+    /// (see [`granted`](Self::granted)): each makes the next attempt wait a growing backoff.
+    untrusted: u32,
     /// Our last attempt that left us queued asking for a direct grant: its nonce, when it was
     /// sent, and the server time it ran at. A grant announced for that nonce is counted from
     /// there (`grant_start`).
@@ -332,8 +371,12 @@ impl Waiter {
                         Some(guard) => return Ok(Some(guard)),
                         // Given back: it could no longer be trusted when it reached us.
                         None if self.zero_wait => return Ok(None),
-                        None if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(None),
-                        None => continue,
+                        None => {
+                            if !self.back_off_untrusted(deadline, &mut closed).await? {
+                                return Ok(None);
+                            }
+                            continue;
+                        }
                     }
                 }
                 Attempt::Waiting { .. } if self.zero_wait => return Ok(None),
@@ -450,11 +493,13 @@ impl Waiter {
                     if let Some(outcome) = self.take_up_grant(&mail, turn_deadline).await {
                         match outcome? {
                             Some(guard) => return Ok(Some(guard)),
-                            None if deadline.is_some_and(|d| Instant::now() >= d) => {
-                                return Ok(None)
+                            // Given back (it could no longer be trusted): queue again, after
+                            // a pause.
+                            None => {
+                                if !self.back_off_untrusted(deadline, &mut closed).await? {
+                                    return Ok(None);
+                                }
                             }
-                            // Given back (it could no longer be trusted): queue again.
-                            None => {}
                         }
                     }
                 }
@@ -551,8 +596,10 @@ impl Waiter {
     ///
     /// `granted_ttl`: for a direct grant (PROTOCOL 8), the TTL the grant gave the lock, which
     /// may be shorter than the hold's lease (at most the liveness window). The hold is trusted for
-    /// that long from `sent` until the lock is extended to its lease, which is done in the
-    /// background a third of that TTL in, if the hold still lives then ([`confirm_grant`]).
+    /// that long from `sent` until the lock is extended to its lease: the client's watchdog does
+    /// that a third of that TTL in, if the hold still lives then, with its renewal rules (a
+    /// failed extension is tried again a third of the TTL later, or at once when the next one
+    /// came due while it was in flight; two failures in a row mark the hold lost).
     async fn granted(
         &mut self,
         turn: FieldTurn,
@@ -584,27 +631,30 @@ impl Waiter {
             if trusted <= Instant::now() {
                 return None;
             }
-            let (lease, fixed_id) = match self.lease {
+            let lease = match self.lease {
                 None => {
                     a.watchdog_guards += 1;
                     let valid = validity_deadline(sent, covered);
                     if a.watchdog_valid.is_none_or(|v| v < valid) {
                         a.watchdog_valid = Some(valid);
                     }
-                    (Lease::WATCHDOG, None)
+                    Lease::WATCHDOG
                 }
                 Some(lease) => {
                     let id = next_id();
                     let mut hold = FixedHold::new(id, sent, lease);
                     hold.valid = own;
                     a.fixed.push(hold);
-                    (Lease::fixed(id), Some(id))
+                    Lease::fixed(id)
                 }
             };
+            if confirm {
+                a.unconfirmed = true;
+            }
             held.revalidate(a);
-            Some((a.gen, lease, fixed_id))
+            Some((a.gen, lease))
         });
-        let Some((gen, lease, fixed_id)) = registered else {
+        let Some((gen, lease)) = registered else {
             tracing::warn!(
                 since_sent = ?sent.elapsed(),
                 "a grant reached us after its lease ran out; giving it back"
@@ -617,25 +667,18 @@ impl Waiter {
             return Ok(None);
         };
         let guard = LockGuard::new(held.clone(), gen, held.guard_made(), lease, token);
+        // A direct grant's short TTL is extended a third of it in, as the watchdog renews a
+        // third of its timeout in: a hold released sooner (the common case under contention)
+        // costs nothing more.
         self.inner.driver.send_lazy(Work::Acquired {
             held: held.clone(),
             watchdog: self.lease.is_none(),
+            confirm: confirm.then(|| Confirm {
+                at: sent + covered / 3,
+                period: covered / 3,
+            }),
         });
         drop(turn);
-        if confirm {
-            // A third of the grant's TTL in, as the watchdog renews a third of its timeout in:
-            // a hold released sooner (the common case under contention) costs nothing more, and
-            // the field is not kept alive meanwhile.
-            let weak = Arc::downgrade(held);
-            let lease = self.lease;
-            let at = sent + covered / 3;
-            self.inner.driver.send(Work::Finish(Box::pin(async move {
-                tokio::time::sleep_until(at.into()).await;
-                if let Some(held) = weak.upgrade() {
-                    confirm_grant(held, sent, lease, fixed_id).await;
-                }
-            })));
-        }
         tracing::debug!(waited = ?sent.elapsed(), "acquired");
         Ok(Some(guard))
     }
@@ -728,6 +771,35 @@ impl Waiter {
             _ = shut_down(closed) => return Err(Error::Shutdown),
         }
         self.inner.check_open()
+    }
+
+    /// A grant was given back because it could no longer be trusted when it reached us (its
+    /// lease, counted from the send, ran out on the way: a paused process, a slow reply, a lease
+    /// close to the round trip). Pauses before the next attempt with the transient-error
+    /// backoff, growing with each such grant in a row, so a lease the round trip keeps eating is
+    /// retried a few times a second, never in a tight loop. Returns `false` when the call's
+    /// deadline passed (the call then ends with `None`).
+    async fn back_off_untrusted(
+        &mut self,
+        deadline: Option<Instant>,
+        closed: &mut tokio::sync::watch::Receiver<bool>,
+    ) -> Result<bool> {
+        self.untrusted = self.untrusted.saturating_add(1);
+        let now = Instant::now();
+        let mut pause = crate::ops::retry::retry_backoff(self.untrusted);
+        if let Some(d) = deadline {
+            if now >= d {
+                return Ok(false);
+            }
+            pause = pause.min(d - now);
+        }
+        tracing::debug!(retry_in = ?pause, "a grant could not be trusted on arrival; pausing");
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = shut_down(closed) => return Err(Error::Shutdown),
+        }
+        self.inner.check_open()?;
+        Ok(deadline.is_none_or(|d| Instant::now() < d))
     }
 
     /// Subscribes to our wake-up channel.
@@ -836,6 +908,8 @@ async fn attempt_with_turn(
             a.uncertain = 0;
             a.grants += 1;
             a.pending_nonce = 0;
+            // The script gave the lock at least this hold's whole lease.
+            a.unconfirmed = false;
         }),
         Ok(Attempt::Waiting { .. }) => turn.with(|a| {
             // Not granted, so not re-entered: Redis has no hold of ours on the lock.
@@ -875,51 +949,6 @@ async fn attempt_with_turn(
         }
         (attempt, _) => Ok(attempt),
     }
-}
-
-/// Extends a lock granted directly with a TTL shorter than the hold's lease (PROTOCOL 8) to that
-/// lease, and moves the hold's validity on when it worked: a watchdog hold as a renewal does, a
-/// fixed one to its whole lease counted from `start`. If the field no longer holds the lock, or the
-/// extension fails, nothing moves: the hold stays trusted only for the TTL of the grant, and its
-/// guard is reported lost when that runs out (or at the watchdog's next renewal).
-async fn confirm_grant(
-    held: Arc<Held>,
-    start: Instant,
-    lease: Option<Duration>,
-    fixed_id: Option<u64>,
-) {
-    let timeout = held.inner.config.watchdog_timeout;
-    let mut conn = held.inner.conn.clone();
-    let sent = Instant::now();
-    let ttl = match lease {
-        None => timeout,
-        // What is left of the lease, rounded up so the lock never expires before it.
-        Some(lease) => (start + lease).saturating_duration_since(sent) + Duration::from_millis(1),
-    };
-    let outcome = ops::extend(&mut conn, &held.spec, &held.field, duration_ms_lossy(ttl)).await;
-    match outcome {
-        Ok(true) => match (lease, fixed_id) {
-            (Some(lease), Some(id)) => held.lane.with(|a| {
-                if let Some(hold) = a.fixed.iter_mut().find(|h| h.id == id) {
-                    hold.valid = validity_deadline(start, lease);
-                    held.revalidate(a);
-                }
-            }),
-            _ => held.renewed(sent, timeout),
-        },
-        Ok(false) => tracing::debug!(
-            lock = held.name(),
-            "a lock granted directly was gone before its lease was extended"
-        ),
-        Err(e) => tracing::warn!(lock = held.name(), error = %crate::error::chain(&e),
-            "could not extend a lock granted directly to its lease; it is trusted for the \
-             grant's TTL only"),
-    }
-}
-
-/// Whole milliseconds of `d`, at least 1, saturating.
-fn duration_ms_lossy(d: Duration) -> i64 {
-    (d.as_millis().min(i64::MAX as u128) as i64).max(1)
 }
 
 /// The moment a direct grant is trusted from: `sent` (the send time of the attempt that ran at

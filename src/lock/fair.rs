@@ -117,6 +117,11 @@ impl FairLock {
         FairLock(Handle::new(inner, name, Kind::Fair))
     }
 
+    /// The shared handle (for the multi-lock's order and checks).
+    pub(crate) fn handle(&self) -> &Handle {
+        &self.0
+    }
+
     crate::lock::handle::lock_methods! {
         /// The lock's name (also the Redis key of its owner hash).
         fn name;
@@ -144,8 +149,12 @@ impl FairLock {
         /// when Redis fails (the waiter leaves the queue), [`Error::Shutdown`](crate::Error::Shutdown).
         /// Transient failures ([`Error::is_transient`](crate::Error::is_transient): a dropped
         /// connection, a failover, a slot on the move) are retried with a backoff for as long as the
-        /// watchdog timeout (or the waiter liveness, if longer); an outage that outlasts it is
-        /// returned as the last error. An attempt whose reply was lost is checked before the next one,
+        /// watchdog timeout (or the waiter liveness, if longer), counted from the call's first
+        /// failed attempt; an outage that outlasts it is returned as the last error. A waiting
+        /// call makes that attempt as soon as its client sees Redis fail (its pub/sub connection
+        /// drops, or a waiter heartbeat fails, every third of the waiter liveness), not at its
+        /// next timer, so with Redis gone the error comes about one watchdog timeout after the
+        /// outage began. An attempt whose reply was lost is checked before the next one,
         /// so a grant made in the dark is taken up, never counted twice. If the call ends in an error
         /// right after a lost reply, the same holder's next acquisition of the lock checks first and
         /// takes such a grant up; without one, it expires with its lease.
@@ -159,7 +168,7 @@ impl FairLock {
         ///
         /// # Errors
         /// As [`lock`](Self::lock); [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
-        /// lease under 1 ms or longer than [`MAX_DURATION`](crate::MAX_DURATION).
+        /// lease under [`MIN_LEASE`](crate::MIN_LEASE) (3 ms) or longer than [`MAX_DURATION`](crate::MAX_DURATION).
         ///
         /// # Cancel safety
         /// Cancel safe, as [`lock`](Self::lock).
@@ -174,8 +183,8 @@ impl FairLock {
         /// also while Redis is unreachable: then with the Redis error.
         ///
         /// # Errors
-        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero lease, a lease
-        /// longer than [`MAX_DURATION`](crate::MAX_DURATION) or a wait beyond `i64` milliseconds,
+        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a lease under
+        /// [`MIN_LEASE`](crate::MIN_LEASE) (3 ms: it would leave no validity), a lease longer than [`MAX_DURATION`](crate::MAX_DURATION) or a wait beyond `i64` milliseconds,
         /// [`Error::InvalidName`](crate::Error::InvalidName),
         /// [`Error::Redis`](crate::Error::Redis), [`Error::Shutdown`](crate::Error::Shutdown).
         /// Transient failures are retried as in [`lock`](Self::lock), but only until `wait` runs out:

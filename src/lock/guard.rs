@@ -7,14 +7,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::duration_ms;
+use crate::config::lease_ms;
 use crate::engine::driver::{Handoff, Work};
 use crate::engine::field::{FixedHold, Held};
 use crate::engine::lane::Lane;
 use crate::engine::release::{release_logged, What};
 use crate::engine::validity::LostReason;
 use crate::error::{Error, Result};
-use crate::keys::Kind;
 use crate::lock::holder::Holder;
 use crate::ops::Unlocked;
 
@@ -93,7 +92,9 @@ impl LockGuard {
         self.held.name()
     }
 
-    /// The owner field this hold is recorded under in Redis: `<client uuid>:<holder id>`.
+    /// The owner field this hold is recorded under in Redis: `<client uuid>:<holder id>`, and
+    /// for the write side of a read-write lock `<client uuid>:<holder id>:write` (Redisson's
+    /// layout: a writer's field carries the `:write` suffix, a reader's does not).
     pub fn owner_field(&self) -> &str {
         // Whoever has it can tell this holder from others: its id is never reused for another
         // call (see `Inner::reuse_holder`).
@@ -254,8 +255,8 @@ impl LockGuard {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a hold renewed by the watchdog, or a lease of zero or over
-    /// [`MAX_DURATION`](crate::MAX_DURATION); [`Error::NotHeld`] when the guard is known
+    /// [`Error::InvalidArgument`] for a hold renewed by the watchdog, or a lease under
+    /// [`MIN_LEASE`](crate::MIN_LEASE) or over [`MAX_DURATION`](crate::MAX_DURATION); [`Error::NotHeld`] when the guard is known
     /// [lost](Self::lost) (its lease ran out before the extension reached Redis) or Redis no
     /// longer has its holds; [`Error::Redis`] when the extension could not be sent (the hold
     /// keeps the lease it had; it may or may not have been extended in Redis);
@@ -265,7 +266,7 @@ impl LockGuard {
     /// Cancel safe: dropping the future leaves the hold with the lease it had locally (Redis may
     /// have extended it already, which only keeps the lock longer).
     pub async fn extend(&self, lease: Duration) -> Result<()> {
-        let ttl_ms = duration_ms("lease", lease)?;
+        let ttl_ms = lease_ms("lease", lease)?;
         let Some(id) = self.lease.0 else {
             return Err(Error::invalid_argument(
                 "extend",
@@ -308,6 +309,7 @@ impl LockGuard {
         self.held.inner.driver.send_lazy(Work::Acquired {
             held: self.held.clone(),
             watchdog: false,
+            confirm: None,
         });
         if !still_held || self.is_lost() {
             return Err(Error::NotHeld);
@@ -331,11 +333,15 @@ impl LockGuard {
     ///
     /// For a reentrant holder this releases one hold; the lock stays held until the last.
     ///
-    /// On a fair lock, releasing a lock whose lease ran out and that nobody has taken since
-    /// succeeds, as in Redisson (the next waiter is woken). Releasing a lock that is known
-    /// [lost](Self::lost) for any other reason (gone, renewals failed, validity window passed,
-    /// shutdown), or that Redis shows held by somebody else, is [`Error::NotHeld`]; so is a
-    /// non-fair [`NonFairLock`](crate::NonFairLock) that expired, as Redisson's `RLock.unlock` throws.
+    /// One rule for every kind of lock (fair, non-fair, either side of a read-write lock):
+    /// `Ok(())` means this call released a hold that Redis still had for this guard's owner.
+    /// Whenever the hold was no longer there to release, the answer is [`Error::NotHeld`],
+    /// whatever took it away: its fixed lease ran out (even if nobody took the lock since), an
+    /// operator's [`force_unlock`](crate::FairLock::force_unlock), an eviction or a failover, or
+    /// the guard was already known [lost](Self::lost) (gone, renewals failed, validity window
+    /// passed, shutdown). The work done under such a guard may not have been protected, and the
+    /// error says so. (Redisson's fair unlock answers success for an expired lock and its `RLock`
+    /// throws; fairlock answers the same for both.) The lock's waiters are woken either way.
     ///
     /// # Errors
     /// [`Error::NotHeld`] as above; [`Error::Redis`] when the release could not be sent. After an error the
@@ -362,14 +368,9 @@ impl LockGuard {
             release_logged(&held, &turn, What::Guard { gen }).await
         });
         let outcome = release.run().await?;
-        let fair = self.held.spec.kind == Kind::Fair;
         match (known_lost, outcome) {
-            // A fixed lease that simply ran out with nobody taking the lock since: Redisson's fair
-            // unlock succeeds here, and so do we.
-            (Some(LostReason::LeaseExpired), Unlocked::Expired) if fair => Ok(()),
             (Some(_), _) => Err(Error::NotHeld),
             (None, Unlocked::Released | Unlocked::StillHeld) => Ok(()),
-            (None, Unlocked::Expired) if fair => Ok(()),
             (None, Unlocked::Expired | Unlocked::NotOwner) => Err(Error::NotHeld),
         }
     }

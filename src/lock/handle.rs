@@ -56,6 +56,11 @@ impl Handle {
         &self.name
     }
 
+    /// The id of the client this handle works through.
+    pub(crate) fn client_id(&self) -> uuid::Uuid {
+        self.inner.id
+    }
+
     pub(crate) fn set_holder(&mut self, holder: Holder) {
         self.holder = Some(holder);
     }

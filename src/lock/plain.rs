@@ -21,8 +21,9 @@ use crate::lock::handle::Handle;
 /// they run in one task; re-entry is explicit ([`with_holder`](Self::with_holder),
 /// [`LockGuard::reenter`](crate::LockGuard::reenter)).
 ///
-/// Unlike the fair lock, releasing a `NonFairLock` whose lease already ran out is
-/// [`Error::NotHeld`](crate::Error::NotHeld), as Redisson's `RLock.unlock` throws.
+/// Releasing a guard whose lease already ran out, or whose lock an operator force-unlocked, is
+/// [`Error::NotHeld`](crate::Error::NotHeld), as for every kind of lock (see
+/// [`LockGuard::unlock`](crate::LockGuard::unlock)).
 ///
 /// ```no_run
 /// # async fn demo() -> fairlock::Result<()> {
@@ -50,6 +51,11 @@ impl NonFairLock {
         NonFairLock(Handle::new(inner, name, Kind::NonFair))
     }
 
+    /// The shared handle (for the multi-lock's order and checks).
+    pub(crate) fn handle(&self) -> &Handle {
+        &self.0
+    }
+
     crate::lock::handle::lock_methods! {
         /// The lock's name (also the Redis key of its owner hash).
         fn name;
@@ -75,7 +81,7 @@ impl NonFairLock {
         ///
         /// # Errors
         /// As [`lock`](Self::lock), plus [`Error::InvalidArgument`](crate::Error::InvalidArgument)
-        /// for a lease under 1 ms or longer than [`MAX_DURATION`](crate::MAX_DURATION).
+        /// for a lease under [`MIN_LEASE`](crate::MIN_LEASE) (3 ms) or longer than [`MAX_DURATION`](crate::MAX_DURATION).
         ///
         /// # Cancel safety
         /// Cancel safe, as [`lock`](Self::lock).

@@ -37,9 +37,28 @@ use crate::state::RwLockState;
 /// * **Downgrade** (write → read): a holder that holds the write lock may take the read lock
 ///   too (give both sides the same [`Holder`]); releasing the write lock then leaves it in
 ///   read mode, and other readers are woken.
-/// * **Upgrade** (read → write) is refused with
+/// * **Upgrade** (read → write) by **one [`Holder`]** is refused with
 ///   [`Error::UpgradeRefused`](crate::Error::UpgradeRefused): the writer would wait for ever
-///   behind its own holder's read holds (in Redisson it does).
+///   behind its own holder's read holds (in Redisson it does). A dropped or unlocked read guard
+///   of the holder no longer counts: `drop(r); write.lock()` of one holder waits for that
+///   release to reach Redis and then takes the write lock, as `r.unlock().await` first would.
+/// * **Without a shared holder, a task that holds one side and asks for the other waits for
+///   ever on itself**, as with `tokio::sync::RwLock`. Every acquisition call is its own holder,
+///   so a read guard and a later `write_lock().lock()` of the same task are two holders: the
+///   writer waits for the read guard, which the task never releases because it is waiting. The
+///   same goes for a write guard and a later `read_lock().lock()` (only the writer's own holder
+///   may downgrade). Nothing refuses these calls, because nothing can tell they come from one
+///   task: release the first guard before asking for the other side, or give both sides one
+///   [`Holder`] (then an upgrade is refused and a downgrade allowed, as above).
+///
+///   ```no_run
+///   # async fn demo(rw: fairlock::ReadWriteLock) -> fairlock::Result<()> {
+///   let r = rw.read_lock().lock().await?;
+///   // rw.write_lock().lock().await?;  // would wait for `r` for ever: this task holds it
+///   drop(r); // released in the background, before this task's next call reaches Redis
+///   let w = rw.write_lock().lock().await?;
+///   # drop(w); Ok(()) }
+///   ```
 /// * **Fencing**: [`WriteLock::fenced`] hands every write acquisition a token from
 ///   `redisson_lock_token:{NAME}`; readers get none.
 /// * **Fixed read leases next to Redisson readers**: Redisson's renewal of a read hold sets the
@@ -223,7 +242,7 @@ macro_rules! side_methods {
         ///
         /// # Errors
         /// As [`lock`](Self::lock), plus [`Error::InvalidArgument`](crate::Error::InvalidArgument)
-        /// for a lease under 1 ms or longer than [`MAX_DURATION`](crate::MAX_DURATION).
+        /// for a lease under [`MIN_LEASE`](crate::MIN_LEASE) (3 ms) or longer than [`MAX_DURATION`](crate::MAX_DURATION).
         ///
         /// # Cancel safety
         /// Cancel safe, as [`lock`](Self::lock).

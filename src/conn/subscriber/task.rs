@@ -172,17 +172,25 @@ impl Task {
         self.registry
             .connected
             .store(false, std::sync::atomic::Ordering::Relaxed);
-        match self.conn.take() {
+        let had = match self.conn.take() {
             Some(Connected::Classic { .. }) => {
                 tracing::warn!("pub/sub connection lost; reconnecting");
+                true
             }
             Some(Connected::Cluster) => {
                 tracing::warn!("cluster subscriptions failed; subscribing everything again");
+                true
             }
-            None => {}
-        }
+            None => false,
+        };
         self.subscribed.clear();
         self.registry.mark_all_down();
+        if had {
+            // Every waiter looks now rather than at its next timer (up to the watchdog timeout
+            // away): if Redis itself is gone, its attempt fails at once and the call's outage
+            // clock starts when the outage did, not a sleep later (see `lock/acquire.rs`).
+            self.registry.wake_all();
+        }
     }
 
     fn back_off(&mut self) {

@@ -42,7 +42,7 @@ use work::{lock_inbox, LazyInbox};
 pub(crate) use handoff::Handoff;
 pub(crate) use heartbeat::WaiterBeat;
 pub(crate) use settle::give_up_logged;
-pub(crate) use work::{AttemptFuture, DriverHandle, Work};
+pub(crate) use work::{AttemptFuture, Confirm, DriverHandle, Work};
 
 /// Starts the driver. It holds no strong reference to the client.
 pub(crate) fn start(conn: Conn, config: &Config) -> DriverHandle {
@@ -160,9 +160,13 @@ impl Driver {
             crate::metrics::driver_pending(-1.0);
         }
         match work {
-            Work::Acquired { held, watchdog } => {
-                self.watchdog.on_acquired(&mut self.timers, &held, watchdog)
-            }
+            Work::Acquired {
+                held,
+                watchdog,
+                confirm,
+            } => self
+                .watchdog
+                .on_acquired(&mut self.timers, &held, watchdog, confirm),
             Work::Forget { id } => self.watchdog.forget(&mut self.timers, id),
             Work::Permits(lease) => {
                 let at = self

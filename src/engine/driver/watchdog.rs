@@ -10,6 +10,13 @@
 //!   for the log and for everyone who only polls (guards also see it lazily, exactly on time).
 //! * A renewal that finds the lock gone, or two failing in a row, tell the holder at once, and
 //!   renewals of that lock stop (its holds expire with their TTL) until it is taken again.
+//! * A direct grant (PROTOCOL 8) gives the lock a TTL shorter than its hold needs (at most the
+//!   waiter liveness window). Its extension to the lease is a renewal like the others, with the
+//!   same rules, only sooner: a third of that TTL after the grant, and after a failure again a
+//!   third of it later (at once when that one came due while the failed one was in flight); two
+//!   failures in a row mark the hold lost. Once answered, a watchdog hold goes on the common
+//!   grid and a fixed one needs nothing more. Until then the hold is trusted for the grant's
+//!   TTL only.
 //!
 //! It must never renew a lock none of whose holds is a live watchdog hold, never let a renewal
 //! reply speak for a grant made after the renewal was sent, and never stop renewing silently:
@@ -24,13 +31,14 @@ use tokio::sync::mpsc;
 
 use super::timers::{Timer, Timers};
 use super::wheel::TimerHandle;
-use super::work::Work;
+use super::work::{Confirm, Work};
 use crate::conn::Conn;
 use crate::engine::field::Held;
 use crate::engine::validity::LostReason;
 use crate::error::Result;
 use crate::metrics;
-use crate::ops::batch;
+use crate::ops::{self, batch};
+use crate::util::join_all;
 
 /// The driver's view of one held lock and owner field.
 #[derive(Debug)]
@@ -44,6 +52,9 @@ struct HeldEntry {
     /// server); if that one fails, the missed renewal goes out at once instead of a whole
     /// period later, which could be after the lease ran out.
     missed: bool,
+    /// A direct grant's extension is due: renewals come every this often (not on the common
+    /// grid) until one is answered.
+    confirm_period: Option<Duration>,
 }
 
 /// Every held lock the driver tracks, by id.
@@ -67,8 +78,14 @@ impl Watchdog {
     }
 
     /// A hold was taken on `held`: (re)arm its validity timer, and its renewals when it is a
-    /// watchdog hold.
-    pub(super) fn on_acquired(&mut self, timers: &mut Timers, held: &Arc<Held>, watchdog: bool) {
+    /// watchdog hold, or a direct grant whose TTL must be extended to its lease (`confirm`).
+    pub(super) fn on_acquired(
+        &mut self,
+        timers: &mut Timers,
+        held: &Arc<Held>,
+        watchdog: bool,
+        confirm: Option<Confirm>,
+    ) {
         let id = held.id;
         let entry = self.helds.entry(id).or_insert_with(|| HeldEntry {
             held: Arc::downgrade(held),
@@ -77,6 +94,7 @@ impl Watchdog {
             failures: 0,
             in_flight: false,
             missed: false,
+            confirm_period: None,
         });
         if let Some(h) = entry.validity.take() {
             timers.cancel(h);
@@ -84,7 +102,14 @@ impl Watchdog {
         entry.validity = held
             .valid_until()
             .map(|at| timers.schedule(at, Timer::Validity(id)));
-        if watchdog && entry.renew.is_none() {
+        if let Some(confirm) = confirm {
+            if let Some(h) = entry.renew.take() {
+                timers.cancel(h);
+            }
+            entry.confirm_period = Some(confirm.period);
+            entry.failures = 0;
+            entry.renew = Some(timers.schedule(confirm.at, Timer::Renew(id)));
+        } else if watchdog && entry.renew.is_none() {
             let at = timers.next_grid(Instant::now(), self.timeout / 3);
             entry.renew = Some(timers.schedule(at, Timer::Renew(id)));
             entry.failures = 0;
@@ -118,8 +143,8 @@ impl Watchdog {
     }
 
     /// A renewal timer fired: schedule the next one and, unless one is still in flight, put the
-    /// entry in this tick's batch (`out`). A lock without a live watchdog hold, or whose validity
-    /// already lapsed, is not renewed any more.
+    /// entry in this tick's batch (`out`). A lock without a live watchdog hold (or a direct grant
+    /// still to extend), or whose validity already lapsed, is not renewed any more.
     pub(super) fn renewal_due(
         &mut self,
         timers: &mut Timers,
@@ -132,7 +157,7 @@ impl Watchdog {
         };
         entry.renew = None;
         let renew = entry.held.upgrade().is_some_and(|held| {
-            held.lane.with(|a| a.watchdog_guards > 0) && held.valid_until().is_some_and(|v| v > now)
+            held.wants_renewal() && held.valid_until().is_some_and(|v| v > now)
         });
         if !renew {
             self.stop_renewing(timers, id);
@@ -144,7 +169,10 @@ impl Watchdog {
             entry.in_flight = true;
             out.push(id);
         }
-        let at = timers.next_grid(now, self.timeout / 3);
+        let at = match entry.confirm_period {
+            Some(period) => now + period,
+            None => timers.next_grid(now, self.timeout / 3),
+        };
         entry.renew = Some(timers.schedule(at, Timer::Renew(id)));
     }
 
@@ -172,7 +200,9 @@ impl Watchdog {
     }
 
     /// Sends the renewals of `ids` in one batch, from a spawned task that reports back with
-    /// [`Work::Renewed`].
+    /// [`Work::Renewed`]. Each lock is renewed to the watchdog timeout while it has a watchdog
+    /// hold; a direct grant of fixed holds only is extended to what they need, one call each
+    /// (rare: only a hold that outlives a third of the grant's TTL).
     pub(super) fn send_renewals(
         &mut self,
         timers: &mut Timers,
@@ -181,27 +211,55 @@ impl Watchdog {
         batch: usize,
         tx: mpsc::UnboundedSender<Work>,
     ) {
-        let mut items: Vec<(Arc<Held>, u64, u64)> = Vec::with_capacity(ids.len());
+        let ttl_ms = self.timeout.as_millis() as i64;
+        let mut items: Vec<(Arc<Held>, u64, u64, i64)> = Vec::with_capacity(ids.len());
         for id in ids {
             match self.helds.get(&id).and_then(|e| e.held.upgrade()) {
                 Some(held) => {
                     let grants = held.lane.with(|a| a.grants);
-                    items.push((held, id, grants));
+                    let ttl = held.renewal_ttl_ms(self.timeout);
+                    items.push((held, id, grants, ttl));
                 }
                 None => self.forget(timers, id),
             }
         }
-        let ttl_ms = self.timeout.as_millis() as i64;
         tracing::debug!(locks = items.len(), "renewing");
         tokio::spawn(async move {
             let sent = Instant::now();
-            let pairs: Vec<(&str, &str, &str)> = items
+            let (watchdog, fixed): (Vec<usize>, Vec<usize>) =
+                (0..items.len()).partition(|&i| items[i].3 == ttl_ms);
+            let pairs: Vec<(&str, &str, &str)> = watchdog
                 .iter()
-                .map(|(h, _, _)| (h.name(), &*h.field, h.spec.renewal_base()))
+                .map(|&i| {
+                    let h = &items[i].0;
+                    (h.name(), &*h.field, h.spec.renewal_base())
+                })
                 .collect();
-            let results = batch::renew(&mut conn, &pairs, ttl_ms, batch).await;
+            let single = conn.clone();
+            let (batched, extended) = tokio::join!(
+                batch::renew(&mut conn, &pairs, ttl_ms, batch),
+                join_all(fixed.iter().map(|&i| {
+                    let (held, _, _, ttl) = &items[i];
+                    let mut conn = single.clone();
+                    async move { ops::extend(&mut conn, &held.spec, &held.field, *ttl).await }
+                }))
+            );
             drop(pairs);
-            let ids = items.iter().map(|(_, id, grants)| (*id, *grants)).collect();
+            let mut results: Vec<Option<Result<bool>>> = (0..items.len()).map(|_| None).collect();
+            for (i, result) in watchdog.into_iter().zip(batched) {
+                results[i] = Some(result);
+            }
+            for (i, result) in fixed.into_iter().zip(extended) {
+                results[i] = Some(result);
+            }
+            let results = results
+                .into_iter()
+                .map(|r| r.expect("every lock has a result"))
+                .collect();
+            let ids = items
+                .iter()
+                .map(|(_, id, grants, _)| (*id, *grants))
+                .collect();
             drop(items);
             let _ = tx.send(Work::Renewed { ids, sent, results });
         });
@@ -233,13 +291,27 @@ impl Watchdog {
                 Ok(true) => {
                     metrics::renewal(metrics::Renewal::Ok);
                     entry.failures = 0;
-                    held.renewed(sent, self.timeout);
+                    held.renewed(sent, self.timeout, grants);
                     if let Some(h) = entry.validity.take() {
                         timers.cancel(h);
                     }
                     entry.validity = held
                         .valid_until()
                         .map(|at| timers.schedule(at, Timer::Validity(id)));
+                    if entry.confirm_period.is_some() && !held.lane.with(|a| a.unconfirmed) {
+                        // The direct grant is extended: a watchdog hold goes on the common
+                        // grid, a fixed one needs no renewal.
+                        entry.confirm_period = None;
+                        if let Some(h) = entry.renew.take() {
+                            timers.cancel(h);
+                        }
+                        if held.wants_renewal() {
+                            let at = timers.next_grid(Instant::now(), self.timeout / 3);
+                            entry.renew = Some(timers.schedule(at, Timer::Renew(id)));
+                        } else if entry.validity.is_none() {
+                            self.forget(timers, id);
+                        }
+                    }
                     tracing::trace!(lock = held.name(), "renewed");
                 }
                 Ok(false) => {

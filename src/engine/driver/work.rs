@@ -17,8 +17,12 @@ use crate::ops::{AcquireArgs, Attempt};
 /// Work for the driver.
 pub(crate) enum Work {
     /// A hold was taken on `held` (lazy): arm its validity timer, and its renewals when it is a
-    /// watchdog hold.
-    Acquired { held: Arc<Held>, watchdog: bool },
+    /// watchdog hold or a direct grant to extend (`confirm`).
+    Acquired {
+        held: Arc<Held>,
+        watchdog: bool,
+        confirm: Option<Confirm>,
+    },
     /// Nothing refers to the field `id` any more (lazy): stop its timers.
     Forget { id: u64 },
     /// A fair waiter started waiting: heartbeat it while it is alive.
@@ -69,6 +73,14 @@ impl std::fmt::Debug for Work {
         };
         f.write_str(name)
     }
+}
+
+/// A direct grant (PROTOCOL 8) whose short TTL the watchdog extends to the hold's lease: first
+/// `at`, then (after a failure) every `period` until it is answered, as renewals are.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Confirm {
+    pub(crate) at: Instant,
+    pub(crate) period: std::time::Duration,
 }
 
 /// An acquire attempt in flight with its field's turn: polled by the caller's future, handed to
