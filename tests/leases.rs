@@ -141,6 +141,28 @@ async fn a_lease_the_round_trip_eats_is_retried_with_a_backoff() {
             !raw.exists::<_, bool>(name).unwrap()
         });
     }
+    // Permits of an expirable semaphore the same way: never handed out already run out (they
+    // were, before); given back by id, looked for again after a backoff.
+    let sem = c.expirable_semaphore("eaten:sem");
+    assert!(sem.try_set_permits(2).await.unwrap());
+    sem.acquire(1, None).await.unwrap().release().await.unwrap();
+    proxy.set_latency(Duration::from_millis(5), Duration::from_millis(5));
+    let before = command_calls(&server.info("commandstats"), "evalsha");
+    let started = Instant::now();
+    let got = sem
+        .try_acquire(1, Duration::from_secs(1), Some(MIN_LEASE))
+        .await;
+    let took = started.elapsed();
+    proxy.set_latency(Duration::ZERO, Duration::ZERO);
+    let scripts = command_calls(&server.info("commandstats"), "evalsha") - before;
+    assert!(
+        got.as_ref().is_ok_and(Option::is_none),
+        "permits that ran out before their reply came were handed out: {:?}",
+        got.map(|p| p.map(|p| (p.count(), p.is_lost())))
+    );
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+    assert!(scripts <= 30, "{scripts} scripts in {took:?}");
+    assert_eq!(sem.available().await.unwrap(), 2, "given back");
 }
 
 /// What took a hold away does not change the answer: `unlock()` is `NotHeld` for every kind of

@@ -137,6 +137,9 @@ impl Named {
 pub(crate) enum Look<T> {
     Ready(T),
     NotYet(Option<Duration>),
+    /// Not yet, and do not look again before this pause is over, whatever messages come (the
+    /// attempt gave back what it took, which publishes a count the waiter would answer at once).
+    Backoff(Duration),
 }
 
 impl<T> From<Option<T>> for Look<T> {
@@ -177,7 +180,8 @@ where
         None => {
             match attempt().await {
                 Ok(Look::Ready(v)) => return Ok(Some(v)),
-                Ok(Look::NotYet(_)) => {}
+                // (The first subscribed attempt comes a subscription's round trip later.)
+                Ok(Look::NotYet(_) | Look::Backoff(_)) => {}
                 // Retried below, subscribed (within the deadline).
                 Err(e) if e.is_transient() && !passed(deadline) => {}
                 Err(e) => return Err(e),
@@ -193,7 +197,7 @@ where
                     Err(_) => {
                         return Ok(match attempt().await? {
                             Look::Ready(v) => Some(v),
-                            Look::NotYet(_) => None,
+                            Look::NotYet(_) | Look::Backoff(_) => None,
                         })
                     }
                 },
@@ -229,6 +233,19 @@ where
             Ok(Look::NotYet(hint)) => {
                 failing = None;
                 hint.map_or(RECHECK, |h| h.clamp(Duration::from_millis(1), RECHECK))
+            }
+            Ok(Look::Backoff(pause)) => {
+                failing = None;
+                let now = Instant::now();
+                if deadline.is_some_and(|d| now >= d) {
+                    return Ok(None);
+                }
+                let nap = deadline.map_or(pause, |d| (d - now).min(pause));
+                tokio::select! {
+                    _ = tokio::time::sleep(nap) => {}
+                    _ = closed.wait_for(|c| *c) => return Err(Error::Shutdown),
+                }
+                continue;
             }
             Err(e) if e.is_transient() => {
                 // As a lock call does: ride out an outage until the deadline, or for one

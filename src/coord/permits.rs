@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use crate::coord::{resend, wait_on, Look, Named};
 use crate::engine::inner::Inner;
 use crate::engine::permit::PermitLease;
-use crate::engine::validity::LostReason;
+use crate::engine::validity::{validity_deadline, LostReason};
 use crate::error::{Error, Result};
 use crate::keys::{self, permit_expiries, semaphore_channel};
 use crate::scripts;
@@ -266,12 +266,13 @@ impl ExpirableSemaphore {
                 true,
             ),
         };
+        let untrusted = std::sync::atomic::AtomicU32::new(0);
         let taken = wait_on(
             &self.core.inner,
             &self.core.channel,
             Some(u64::from(permits)),
             deadline,
-            || self.attempt(permits, lease_ms),
+            || self.attempt(permits, lease_ms, &untrusted),
         )
         .await?;
         Ok(taken.map(|(ids, sent)| {
@@ -302,10 +303,16 @@ impl ExpirableSemaphore {
 
     /// One attempt under fresh ids, resent (same ids) after transient failures within the
     /// settle window. The ids and the send instant when the permits are ours.
+    ///
+    /// Permits whose lease, counted from the first send, ran out before the reply came (a slow
+    /// reply, or a resend that found them taken by a send long before) are not handed out: they
+    /// are released by id and the caller looks again after a backoff that grows with each such
+    /// attempt (`untrusted` counts them), as a lock call does with a grant it cannot trust.
     async fn attempt(
         &self,
         permits: u32,
         lease_ms: i64,
+        untrusted: &std::sync::atomic::AtomicU32,
     ) -> Result<Look<(Vec<[u8; 16]>, std::time::Instant)>> {
         let ids: Vec<[u8; 16]> = (0..permits)
             .map(|_| *uuid::Uuid::new_v4().as_bytes())
@@ -341,7 +348,19 @@ impl ExpirableSemaphore {
             }
         })
         .await;
+        let lease = Duration::from_millis(lease_ms as u64);
         match reply {
+            Ok((1, _)) if validity_deadline(sent, lease) <= std::time::Instant::now() => {
+                // Ours, but no longer to be trusted: given back (the guard stays armed until
+                // the release is answered, as below).
+                let semaphore = unsettled.semaphore.clone().expect("still unsettled");
+                let released = semaphore.release_ids(&ids, Instant::now()).await;
+                unsettled.semaphore = None;
+                released?;
+                let n = untrusted.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                tracing::debug!(name = %self.core.name, "permits ran out before their reply came; given back");
+                Ok(Look::Backoff(crate::ops::retry::retry_backoff(n)))
+            }
             Ok((1, _)) => {
                 unsettled.semaphore = None;
                 Ok(Look::Ready((ids.clone(), sent)))
