@@ -351,6 +351,25 @@ impl ChildCtx {
         reentrant: bool,
         acq: Acq,
     ) -> (Option<(LockGuard, String)>, Outcome) {
+        let (granted, outcome, _) = self
+            .acquire_with_detail(client, h, holder, shared, reentrant, acq)
+            .await;
+        (granted, outcome)
+    }
+
+    /// [`acquire`](Self::acquire), and the error's text when it failed. A lease under
+    /// `MIN_LEASE` must be refused with `InvalidArgument` (or `Shutdown`); anything else is an
+    /// anomaly (such a lease used to be retried until the call's wait ran out).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn acquire_with_detail(
+        &self,
+        client: &(Client, String),
+        h: &Handle,
+        holder: i64,
+        shared: bool,
+        reentrant: bool,
+        acq: Acq,
+    ) -> (Option<(LockGuard, String)>, Outcome, String) {
         let id = self.call_id();
         let mut field = format!("{}:{holder}", client.0.id());
         if h.kind() == Kind::Write {
@@ -379,6 +398,20 @@ impl ChildCtx {
         }
         let (t, outcome, guard, detail) =
             self.run_call("", &id, acq.cancel_after, h.run(&acq)).await;
+        let below_min = acq
+            .lease_ms()
+            .is_some_and(|l| Duration::from_millis(l) < fairlock::MIN_LEASE);
+        if below_min {
+            self.count("lease under MIN_LEASE");
+            let refused = outcome == Outcome::Shutdown
+                || (outcome == Outcome::Error && detail.starts_with("invalid argument `lease`"));
+            if !refused {
+                self.anomaly(format!(
+                    "call {id}: a lease of {:?} ms (under MIN_LEASE) was not refused: {outcome:?} {detail}",
+                    acq.lease_ms()
+                ));
+            }
+        }
         let (token, vu) = match &guard {
             Some(g) => (g.fencing_token(), Some(self.clock.ns(g.valid_until()))),
             None => (None, None),
@@ -389,7 +422,7 @@ impl ChildCtx {
             outcome,
             token,
             vu,
-            detail,
+            detail: detail.clone(),
         });
         if let Some(g) = &guard {
             if g.owner_field() != field {
@@ -402,7 +435,7 @@ impl ChildCtx {
                 self.anomaly(format!("call {id}: a fenced guard without a token"));
             }
         }
-        (guard.map(|g| (g, id)), outcome)
+        (guard.map(|g| (g, id)), outcome, detail)
     }
 
     /// Holds for `d` (the critical section), watching `lost()`.
@@ -510,16 +543,29 @@ pub fn random_acq(rng: &mut Rng, ctx: &ChildCtx) -> Acq {
     if kinds.is_empty() {
         kinds.push("try");
     }
+    // A fixed lease: mostly 60 ms..1.2 s; sometimes near the validity margin (MIN_LEASE, 3 ms,
+    // to 8 ms: grants the round trip may eat, retried with a backoff), and rarely under it (1 or
+    // 2 ms: refused before any I/O).
+    let fixed = |rng: &mut Rng| {
+        let p = rng.below(100);
+        if p < 2 {
+            rng.ms(1, 2)
+        } else if p < 10 {
+            rng.ms(3, 8)
+        } else {
+            rng.ms(60, 1200)
+        }
+    };
     let lease = |rng: &mut Rng| {
         if rng.chance(0.5) {
             None
         } else {
-            Some(rng.ms(60, 1200))
+            Some(fixed(rng))
         }
     };
     let kind = match *rng.pick(&kinds) {
         "lock" => AcqKind::Lock,
-        "lease" => AcqKind::Lease(rng.ms(60, 1200)),
+        "lease" => AcqKind::Lease(fixed(rng)),
         "try0" => AcqKind::Try(Duration::ZERO, lease(rng)),
         _ => AcqKind::Try(rng.ms(1, 400), lease(rng)),
     };
@@ -562,7 +608,8 @@ pub async fn task_loop(ctx: Arc<ChildCtx>, task_no: usize, seed: u64, shared_hol
         let client = ctx.current().await;
         if ctx.has("sem") && rng.chance(0.15) {
             let plain = rng.chance(0.5);
-            sem_round(&ctx, Rng::new(rng.next()), &client, plain).await;
+            let big = !plain && rng.chance(0.06);
+            sem_round(&ctx, Rng::new(rng.next()), &client, plain, big).await;
             continue;
         }
         if ctx.has("multi") && ctx.has("plain") && rng.chance(0.1) {
@@ -680,9 +727,46 @@ async fn one_round(
         }
         ctx.hold(&guard, &id, rng.ms(0, 10), &mut lost).await;
     }
-    let relock = ctx.has("droprelock") && rng.chance(0.2);
-    let by_drop = relock || (ctx.has("drop") && rng.chance(0.5));
+    // One holder on both sides of a read-write lock: the guard dropped, then at once a call of
+    // the same holder on the other side (its holder is not shared with another task, so it
+    // holds nothing else by then).
+    let switch = !shared
+        && matches!(kind, Kind::Read | Kind::Write)
+        && ctx.has("droprelock")
+        && rng.chance(0.25);
+    let relock = !switch && ctx.has("droprelock") && rng.chance(0.2);
+    let by_drop = switch || relock || (ctx.has("drop") && rng.chance(0.5));
+    let mine = guard.holder();
     ctx.release(guard, &id, by_drop, lost).await;
+    if switch {
+        ctx.count("switch sides");
+        let other = if kind == Kind::Read {
+            Kind::Write
+        } else {
+            Kind::Read
+        };
+        let again = Acq {
+            kind: AcqKind::Try(rng.ms(0, 300), None),
+            cancel_after: Some(rng.ms(200, 2000)),
+        };
+        let h = Handle::new(&client.0, name, other, mine);
+        let (g, outcome, detail) = ctx
+            .acquire_with_detail(client, &h, mine.id(), false, false, again)
+            .await;
+        if outcome == Outcome::Error && detail.contains("cannot also take it for writing") {
+            // The dropped read guard's release reached Redis after this call: the promise that
+            // `drop(g)` then a call of the same holder is `g.unlock().await` then that call.
+            ctx.anomaly(format!(
+                "a write call of a holder whose read guard was just dropped was refused as an \
+                 upgrade: {detail}"
+            ));
+        }
+        if let Some((g, id)) = g {
+            let mut lost = false;
+            ctx.hold(&g, &id, rng.ms(0, 10), &mut lost).await;
+            ctx.release(g, &id, rng.chance(0.5), lost).await;
+        }
+    }
     if relock {
         // drop(guard); lock again at once: must behave as unlock-then-lock (a new call: a new
         // holder, unless one is shared).
@@ -750,16 +834,47 @@ impl Taken {
     }
 }
 
-/// One round on a semaphore: the permit-expirable one ([`SEM_NAME`]) or the plain one
-/// ([`SEM_PLAIN_NAME`]). Take one or two permits (for the expirable one: the watchdog or a fixed
+/// One round on a semaphore: the permit-expirable one ([`SEM_NAME`]), the plain one
+/// ([`SEM_PLAIN_NAME`]), or (`big`) the expirable one for counts near the API's limit
+/// ([`BIG_SEM_NAME`]: 8,000 to `MAX_PERMITS` permits a call, and counts over the limit, which
+/// must be refused; a release that fails other than transiently is an anomaly). Take one or two permits (for the expirable one: the watchdog or a fixed
 /// lease; `acquire` in a `timeout()`, or `try_acquire`), hold them, release or drop them. Logged
 /// as a call on the semaphore's name with op `sem<n>` and a field of its own (permits have no
 /// holder); the checker sums the permits of overlapping trusted holds (`permit-limit`), and the
 /// parent checks at the end that every permit came back (the plain one: all but those a killed
 /// process may have held).
-async fn sem_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String), plain: bool) {
-    let name = if plain { SEM_PLAIN_NAME } else { SEM_NAME };
-    let n = 1 + rng.below(2) as u32;
+async fn sem_round(
+    ctx: &ChildCtx,
+    mut rng: Rng,
+    client: &(Client, String),
+    plain: bool,
+    big: bool,
+) {
+    let name = match (plain, big) {
+        (true, _) => SEM_PLAIN_NAME,
+        (false, true) => BIG_SEM_NAME,
+        (false, false) => SEM_NAME,
+    };
+    let max = fairlock::ExpirableSemaphore::MAX_PERMITS;
+    let n = if big {
+        8_000 + rng.below(u64::from(max) - 8_000 + 1) as u32
+    } else {
+        1 + rng.below(2) as u32
+    };
+    if big && rng.chance(0.3) {
+        // Counts the API does not take: refused before anything is allocated or sent.
+        let too_many = if rng.chance(0.5) { u32::MAX } else { max + 1 };
+        let sem = client.0.expirable_semaphore(name);
+        match sem.try_acquire(too_many, Duration::ZERO, None).await {
+            Err(fairlock::Error::InvalidArgument { .. }) | Err(fairlock::Error::Shutdown) => {
+                ctx.count("sem over the limit refused")
+            }
+            other => ctx.anomaly(format!(
+                "try_acquire({too_many}) on an expirable semaphore was not refused: {:?}",
+                other.map(|p| p.map(|p| p.count()))
+            )),
+        }
+    }
     let lease = (!plain && !rng.chance(0.5)).then(|| rng.ms(60, 1200));
     let wait = (!rng.chance(0.3)).then(|| rng.ms(0, 400));
     let cancel_after = match wait {
@@ -787,7 +902,11 @@ async fn sem_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String), plai
         reentrant: false,
         java: false,
     });
-    let kind = if plain { "sem plain" } else { "sem" };
+    let kind = match (plain, big) {
+        (true, _) => "sem plain",
+        (false, true) => "sem big",
+        (false, false) => "sem",
+    };
     ctx.count(&format!("call {kind}"));
     let run = async {
         if plain {
@@ -868,7 +987,15 @@ async fn sem_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String), plai
         ctx.count(&format!("release {kind}"));
         let result = match permits.release().await {
             Ok(()) => "ok".to_owned(),
-            Err(e) => format!("err:{e}"),
+            Err(e) => {
+                if big && !e.is_transient() && !e.is_shutdown() {
+                    ctx.anomaly(format!(
+                        "the release of {n} permits failed: {}",
+                        fairlock_error_chain(&e)
+                    ));
+                }
+                format!("err:{e}")
+            }
         };
         ctx.log.log(Event::Released {
             id,
@@ -891,7 +1018,24 @@ async fn multi_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
         .iter()
         .map(|name| (name.to_string(), client.0.holder(), ctx.call_id()))
         .collect();
-    let acq = random_acq(&mut rng, ctx);
+    // Sometimes a fixed lease shorter than the time a later member takes (issue 34): another
+    // call of this task holds the member the multi-lock takes last for longer than the lease
+    // (and the checker's slack) when the multi-lock asks for it.
+    let blocked = ctx.has("lease") && rng.chance(0.3);
+    let acq = if blocked {
+        let lease = rng.ms(20, 200);
+        Acq {
+            kind: if rng.chance(0.5) {
+                AcqKind::Lease(lease)
+            } else {
+                AcqKind::Try(rng.ms(1500, 2500), Some(lease))
+            },
+            cancel_after: Some(Duration::from_secs(4)),
+        }
+    } else {
+        random_acq(&mut rng, ctx)
+    };
+    let mut brng = Rng::new(rng.next());
     let t0 = mono_ns();
     for (name, holder, id) in &members {
         ctx.log.log(Event::Call {
@@ -921,9 +1065,46 @@ async fn multi_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
             AcqKind::Try(w, d) => multi.try_lock(w, d).await,
         }
     };
-    let (t, outcome, guard, detail) = ctx
-        .run_call("multi ", &members[0].2, acq.cancel_after, run)
-        .await;
+    let last = multi
+        .members()
+        .last()
+        .map(|m| m.name().to_owned())
+        .unwrap_or_default();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
+    let blocker = async {
+        if !blocked {
+            return;
+        }
+        ctx.count("multi blocked");
+        let holder = client.0.holder();
+        let h = Handle::new(&client.0, &last, Kind::Plain, holder);
+        let hold_for =
+            acq.lease_ms().map_or(Duration::ZERO, Duration::from_millis) + brng.ms(300, 600);
+        let take = Acq {
+            kind: AcqKind::Try(
+                Duration::from_millis(500),
+                Some(hold_for + Duration::from_millis(200)),
+            ),
+            cancel_after: None,
+        };
+        let (g, _) = ctx
+            .acquire(client, &h, holder.id(), false, false, take)
+            .await;
+        let _ = ready_tx.send(());
+        if let Some((g, id)) = g {
+            let mut lost = false;
+            ctx.hold(&g, &id, hold_for, &mut lost).await;
+            ctx.release(g, &id, false, lost).await;
+        }
+    };
+    let call = async {
+        if blocked {
+            let _ = tokio::time::timeout(Duration::from_secs(1), ready_rx).await;
+        }
+        ctx.run_call("multi ", &members[0].2, acq.cancel_after, run)
+            .await
+    };
+    let ((), (t, outcome, guard, detail)) = tokio::join!(blocker, call);
     let guards: Vec<Option<LockGuard>> = match guard {
         Some(g) => {
             let mut by_name: Vec<Option<LockGuard>> = Vec::new();
@@ -959,6 +1140,18 @@ async fn multi_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
             ctx.release(g, id, by_drop, false).await;
         }
     }
+}
+
+/// An error with every cause behind it, for a report.
+fn fairlock_error_chain(e: &fairlock::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = std::error::Error::source(e);
+    while let Some(cause) = next {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    text
 }
 
 /// Records runtime stalls: a 5 ms timer that fires much later than asked.

@@ -250,6 +250,54 @@ pub fn run_faults(
                 drop(children);
                 shared.fault(what, Scope::Proc(proc), t0, mono_ns());
             }
+            "handoff" => {
+                // A write stall or a connection reset in the first moments after a fair lock
+                // passed from one holder to a waiter (a direct hand-off, usually), while the new
+                // holder's hold may still run on the grant's short TTL (issue 34).
+                let Some(mut conn) = admin_conn(port) else {
+                    continue;
+                };
+                let name = *rng.pick(&FAIR_NAMES);
+                let queue = format!("redisson_lock_queue:{{{name}}}");
+                let watch_until = Instant::now() + Duration::from_millis(1500);
+                let mut before: Option<Vec<String>> = None;
+                let mut handed = false;
+                while Instant::now() < watch_until && !handed {
+                    let read: redis::RedisResult<(Vec<String>, i64)> =
+                        redis::pipe().hkeys(name).llen(&queue).query(&mut conn);
+                    let Ok((owners, queued)) = read else {
+                        break;
+                    };
+                    handed = matches!(&before, Some(prev) if !owners.is_empty() && owners != *prev);
+                    before = (queued > 0 && !owners.is_empty()).then_some(owners);
+                    // Polling the lock while it changes hands: the wait is the watch itself.
+                    fault_sleep(Duration::from_millis(1));
+                }
+                if !handed {
+                    continue;
+                }
+                fault_sleep(rng.ms(0, 400));
+                let t0 = mono_ns();
+                if rng.chance(0.6) {
+                    let d = rng.ms(200, 1200);
+                    let _: redis::RedisResult<()> = redis::cmd("CLIENT")
+                        .arg("PAUSE")
+                        .arg(d.as_millis() as u64)
+                        .arg("WRITE")
+                        .query(&mut conn);
+                    fault_sleep(d);
+                    shared.fault("handoff-pause", Scope::All, t0, mono_ns());
+                } else {
+                    let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                        .arg("KILL")
+                        .arg("TYPE")
+                        .arg(if rng.chance(0.5) { "pubsub" } else { "normal" })
+                        .arg("SKIPME")
+                        .arg("yes")
+                        .query(&mut conn);
+                    shared.fault("handoff-kill", Scope::All, t0, mono_ns());
+                }
+            }
             other => panic!("unknown fault kind {other}"),
         }
     }

@@ -283,10 +283,10 @@ pub fn torture(test: &str, seed: u64) {
     // The semaphore's permits, set before any child starts (a missing key holds none).
     {
         let mut admin = crate::faults::admin_conn(port).expect("admin connection");
-        for name in [SEM_NAME, SEM_PLAIN_NAME] {
+        for name in [SEM_NAME, SEM_PLAIN_NAME, BIG_SEM_NAME] {
             let () = redis::cmd("SET")
                 .arg(name)
-                .arg(SEM_LIMIT)
+                .arg(sem_limit(name))
                 .query(&mut admin)
                 .expect("set the semaphore's permits");
         }

@@ -19,6 +19,12 @@
 //!   holders on one name must not overlap (one field is one reentrant holder; a read-write lock's
 //!   read holds may overlap each other, and a writer's own read holds, a downgrade). An empty
 //!   interval (the validity ran out before the call returned) is trusted for no time at all.
+//! * **Returned valid** (`returned-lost`): a granted call's guard is still valid when the call
+//!   returns (its `valid_until()`, read right after, is not before the return by more than the
+//!   slack), unless its own process was stopped or stalled, or its client shut down, in between:
+//!   the library registers a grant only while it can be trusted and returns it with no I/O in
+//!   between, and a multi-lock checks every member once the last is in (`returned.rs`). This is
+//!   what sees a guard handed back already lost, which mutual exclusion trusts for no time.
 //! * **Fencing** (`fencing`): tokens of one name are unique, and a grant whose call returned
 //!   before another call started has the smaller token.
 //! * **FIFO** (`fifo-order`, `fifo-arrival`), fair names only, for waiters whose owner field is
@@ -76,6 +82,7 @@ mod history;
 pub mod leftovers;
 mod mutual_exclusion;
 mod permits;
+mod returned;
 mod unlocks;
 mod writer_preference;
 
@@ -91,6 +98,7 @@ use fifo::check_fifo;
 use mutual_exclusion::check_mutual_exclusion;
 use permits::check_permits;
 pub use permits::plain_permits_lost;
+use returned::check_returned;
 use unlocks::check_unlocks;
 use writer_preference::check_writer_preference;
 
@@ -138,6 +146,7 @@ pub fn check(h: &History, max_per_rule: usize) -> (Vec<Violation>, CheckStats) {
     let mut out = Vec::new();
     let mut push = |vs: Vec<Violation>| out.extend(vs.into_iter().take(max_per_rule));
     push(check_mutual_exclusion(h, &mut stats));
+    push(check_returned(h));
     push(check_permits(h, &mut stats));
     push(check_fencing(h, &mut stats));
     push(check_fifo(h, &mut stats));

@@ -1,5 +1,6 @@
-//! Permits (`permit-limit`), on each semaphore ([`SEM_NAME`], expirable, and [`SEM_PLAIN_NAME`]):
-//! at no moment do the trusted holds of its permits add up to more than [`SEM_LIMIT`]. A permit
+//! Permits (`permit-limit`), on each semaphore ([`SEM_NAME`] and [`BIG_SEM_NAME`], expirable, and
+//! [`SEM_PLAIN_NAME`]): at no moment do the trusted holds of its permits add up to more than its
+//! limit ([`sem_limit`]). A permit
 //! hold is trusted as a lock hold is (`History::trusted_end`): from its acquire's return until its
 //! release started, its validity ran out (nobody can reclaim an expirable permit before its
 //! expiry, which is at least that late; a plain one never expires), its `lost()` fired, its client
@@ -9,7 +10,7 @@
 //! have taken with them, for the parent's final count.
 
 use super::{by_name, Call, CheckStats, History, Violation};
-use crate::config::{SEM_LIMIT, SEM_NAME, SEM_PLAIN_NAME};
+use crate::config::{sem_limit, BIG_SEM_NAME, SEM_NAME, SEM_PLAIN_NAME};
 use fairlock_testkit::history::Outcome;
 
 /// How many permits a semaphore call asked for.
@@ -22,7 +23,7 @@ fn permits(c: &Call) -> u64 {
 pub fn check_permits(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
     let mut by = by_name(h);
     let mut out = Vec::new();
-    for name in [SEM_NAME, SEM_PLAIN_NAME] {
+    for name in [SEM_NAME, SEM_PLAIN_NAME, BIG_SEM_NAME] {
         if let Some(calls) = by.remove(name) {
             out.extend(check_one(h, name, &calls, stats));
         }
@@ -65,6 +66,7 @@ pub fn plain_permits_lost(h: &History) -> (u64, u64) {
 
 fn check_one(h: &History, name: &str, calls: &[&Call], stats: &mut CheckStats) -> Vec<Violation> {
     let mut out = Vec::new();
+    let limit = sem_limit(name);
     let mut holds: Vec<(u64, u64, &Call)> = calls
         .iter()
         .filter_map(|c| c.granted().map(|(t, _)| (t, h.trusted_end(c), *c)))
@@ -77,12 +79,14 @@ fn check_one(h: &History, name: &str, calls: &[&Call], stats: &mut CheckStats) -
         open.retain(|(_, oe, _)| *oe > s);
         open.push((s, e, c));
         let in_use: u64 = open.iter().map(|(_, _, c)| permits(c)).sum();
-        stats.permit_peak = stats.permit_peak.max(in_use);
-        if in_use > SEM_LIMIT {
+        if name != BIG_SEM_NAME {
+            stats.permit_peak = stats.permit_peak.max(in_use);
+        }
+        if in_use > limit {
             out.push(Violation {
                 rule: "permit-limit",
                 message: format!(
-                    "{in_use} permits of {name} trusted at once at {} (limit {SEM_LIMIT})",
+                    "{in_use} permits of {name} trusted at once at {} (limit {limit})",
                     h.rel_ms(s)
                 ),
                 evidence: open.iter().map(|(_, _, c)| c.describe(h)).collect(),
