@@ -7,7 +7,10 @@
 -- named from (Redisson's `{NAME}`, or NAME when it has a hash tag): a read hold numbered k lives
 -- in `<base>:<field>:rwlock_timeout:<k>`, in NAME's slot.
 --
--- Reply: one integer per lock: 1 renewed, 0 our field is gone (the lock was lost). A lock is renewed
+-- Reply: one integer per lock: 1 renewed, 0 our field is gone (the lock was lost), and for a read
+-- hold 2 + ms: renewed, but the lock's TTL was down to `ms` (under half the new TTL) when we came,
+-- that is another client (a Redisson reader with a shorter watchdog timeout) sets it shorter than
+-- we do; the client then renews that hold sooner and trusts it only that long. A lock is renewed
 -- only while our field is there, so a renewal that crosses our own unlock, or somebody else's
 -- acquisition, never extends a lock that is not ours; and no TTL is ever shortened (a hold of
 -- ours with a longer fixed lease may need more). A read hold also needs every one of its lease
@@ -41,8 +44,13 @@ for i = 1, #KEYS do
     end
   end
   if alive then
+    local found = base ~= '' and redis.call('PTTL', name) or -1
     at_least(name)
-    replies[i] = 1
+    if found >= 0 and found < ttl / 2 then
+      replies[i] = 2 + found
+    else
+      replies[i] = 1
+    end
   else
     replies[i] = 0
   end

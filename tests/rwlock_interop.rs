@@ -287,6 +287,60 @@ async fn a_killed_jvm_reader_stops_counting_at_its_lease() {
     w.unlock().await.unwrap();
 }
 
+/// A Java reader whose watchdog timeout (3 s) is shorter than ours (30 s, renewed every 10 s):
+/// its renewals keep setting the lock's TTL to 3 s. Our renewals see that and come every third
+/// of what they found, so when the JVM dies our read hold keeps the lock: it is neither lost nor
+/// open to a writer. Before, the hash expired 3 s after the JVM died, long before our next
+/// renewal; a writer could enter while our guard still looked valid, and the guard learned it
+/// only at that renewal. (The JVM is killed just after one of its renewals that followed one of
+/// ours, so the old renewal period could not have saved the lock.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shorter_java_watchdog_does_not_leave_our_read_hold_exposed() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mut peer = JavaPeer::start(&single(&server).watchdog_ms(3_000));
+    let c = client(&server.url(), Duration::from_secs(30)).await;
+    let other = client(&server.url(), Duration::from_secs(30)).await;
+    let name = "rw:short-java";
+    let rw = c.read_write_lock(name);
+    let ours = rw.read_lock().lock().await.unwrap();
+    peer.call(&format!("lock read {name} 1 -1"))
+        .await
+        .ok("java read");
+    // A renewal of Java's (the TTL down to its 3 s), one of ours after it (back above: it found
+    // the short TTL), then one of Java's again.
+    wait_until(Duration::from_secs(5), "a renewal of Java's", || {
+        raw.pttl::<_, i64>(name).unwrap() <= 3_000
+    });
+    wait_until(
+        Duration::from_secs(25),
+        "a renewal of ours after it",
+        || raw.pttl::<_, i64>(name).unwrap() > 3_500,
+    );
+    wait_until(
+        Duration::from_secs(5),
+        "a renewal of Java's after that",
+        || raw.pttl::<_, i64>(name).unwrap() <= 3_000,
+    );
+    peer.kill();
+    // The scenario: more than Java's TTL passes after the JVM died (the wait is the point).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!ours.is_lost(), "our read hold was lost with the JVM");
+    let fields: Vec<String> = raw.hkeys(name).unwrap();
+    assert!(
+        fields.iter().any(|f| f == ours.owner_field()),
+        "the lock is gone: {fields:?}"
+    );
+    assert!(other
+        .read_write_lock(name)
+        .write_lock()
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
+    ours.unlock().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_rust_reader_stops_counting_at_its_lease() {
     if let Ok(role) = std::env::var(ROLE_ENV) {

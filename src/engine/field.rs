@@ -510,8 +510,10 @@ impl Held {
     /// had made `grants` grants, succeeded: the watchdog holds are valid for another `timeout`
     /// from then, and a direct grant made before it is extended to its lease (its fixed holds
     /// trusted for their whole lease). A grant made after the renewal was sent is not
-    /// confirmed by it.
-    pub(crate) fn renewed(&self, sent: Instant, timeout: Duration, grants: u64) {
+    /// confirmed by it. `shortened`: the renewal found another client keeping the lock's TTL
+    /// shorter, down to `timeout`: the watchdog holds are trusted only that long from `sent`,
+    /// even if an earlier renewal promised more.
+    pub(crate) fn renewed(&self, sent: Instant, timeout: Duration, grants: u64, shortened: bool) {
         self.lane.with(|a| {
             if a.unconfirmed && a.grants == grants {
                 a.unconfirmed = false;
@@ -521,7 +523,7 @@ impl Held {
             }
             if a.watchdog_guards > 0 {
                 let valid = validity_deadline(sent, timeout);
-                if a.watchdog_valid.is_none_or(|v| v < valid) {
+                if shortened || a.watchdog_valid.is_none_or(|v| v < valid) {
                     a.watchdog_valid = Some(valid);
                 }
             }

@@ -24,21 +24,44 @@ fn evalsha(script: &redis::Script, keys: usize) -> Cmd {
 /// read-write lock (`""` otherwise; see `renew.lua`).
 pub(crate) type RenewItem<'a> = (&'a str, &'a str, &'a str);
 
-/// Renews a group of held locks in chunks of `batch`, pipelined. One result per entry, in order:
-/// `Ok(true)` renewed, `Ok(false)` our field is gone, `Err` the renewal of its pipeline failed
-/// (on a cluster, one failing shard fails only its own locks' renewals).
+/// What one lock's renewal found (`renew.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RenewOutcome {
+    /// Renewed to the TTL asked for.
+    Renewed,
+    /// Our field was gone: the lock was lost.
+    Gone,
+    /// Renewed, but the lock's TTL was down to this when the renewal came: another client (a
+    /// Redisson reader with a shorter watchdog timeout) keeps setting it shorter than we do, so
+    /// the lock can only be trusted that long after a renewal (a read hold only).
+    Shortened(std::time::Duration),
+}
+
+impl RenewOutcome {
+    fn from_code(code: i64) -> Self {
+        match code {
+            0 => RenewOutcome::Gone,
+            1 => RenewOutcome::Renewed,
+            ms => RenewOutcome::Shortened(std::time::Duration::from_millis((ms - 2).max(0) as u64)),
+        }
+    }
+}
+
+/// Renews a group of held locks in chunks of `batch`, pipelined. One result per entry, in order
+/// (`Err`: the renewal of its pipeline failed; on a cluster, one failing shard fails only its own
+/// locks' renewals).
 pub(crate) async fn renew(
     conn: &mut Conn,
     items: &[RenewItem<'_>],
     ttl_ms: i64,
     batch: usize,
-) -> Vec<Result<bool>> {
+) -> Vec<Result<RenewOutcome>> {
     let batch = batch.max(1);
-    let mut out: Vec<Result<bool>> = vec![Ok(false); items.len()];
+    let mut out: Vec<Result<RenewOutcome>> = vec![Ok(RenewOutcome::Gone); items.len()];
     let groups = slot_groups(conn, items.iter().map(|(name, _, _)| *name));
     let calls: usize = groups.iter().map(|g| g.len().div_ceil(batch)).sum();
     crate::metrics::renewal_calls(calls as u64);
-    let mut settle = |group: &[usize], reply: Result<Vec<bool>>| match reply {
+    let mut settle = |group: &[usize], reply: Result<Vec<RenewOutcome>>| match reply {
         Ok(renewed) => {
             for (&i, ok) in group.iter().zip(renewed) {
                 out[i] = Ok(ok);
@@ -93,7 +116,7 @@ async fn renew_group(
     group: &[usize],
     ttl_ms: i64,
     batch: usize,
-) -> Result<Vec<bool>> {
+) -> Result<Vec<RenewOutcome>> {
     let mut pipe = Pipeline::with_capacity(group.len().div_ceil(batch));
     for chunk in group.chunks(batch) {
         let mut cmd = evalsha(&scripts::RENEW, chunk.len());
@@ -108,7 +131,11 @@ async fn renew_group(
     }
     // A NOSCRIPT (flush, restart, failover) is answered by the connection: see `Conn`.
     let replies: Vec<Vec<i64>> = pipe.query_async(conn).await?;
-    Ok(replies.into_iter().flatten().map(|r| r == 1).collect())
+    Ok(replies
+        .into_iter()
+        .flatten()
+        .map(RenewOutcome::from_code)
+        .collect())
 }
 
 /// One permit-expirable semaphore guard to renew: its expiries key (`{NAME}:timeout`) and its

@@ -37,7 +37,8 @@ use crate::engine::field::Held;
 use crate::engine::validity::LostReason;
 use crate::error::Result;
 use crate::metrics;
-use crate::ops::{self, batch};
+use crate::ops;
+use crate::ops::batch::{self, RenewOutcome};
 use crate::util::join_all;
 
 /// The driver's view of one held lock and owner field.
@@ -55,6 +56,9 @@ struct HeldEntry {
     /// A direct grant's extension is due: renewals come every this often (not on the common
     /// grid) until one is answered.
     confirm_period: Option<Duration>,
+    /// The last renewal found the lock's TTL set shorter by another client: renewals come
+    /// every this often (a third of what it found) until one finds it no longer.
+    short_period: Option<Duration>,
 }
 
 /// Every held lock the driver tracks, by id.
@@ -95,6 +99,7 @@ impl Watchdog {
             in_flight: false,
             missed: false,
             confirm_period: None,
+            short_period: None,
         });
         if let Some(h) = entry.validity.take() {
             timers.cancel(h);
@@ -169,7 +174,7 @@ impl Watchdog {
             entry.in_flight = true;
             out.push(id);
         }
-        let at = match entry.confirm_period {
+        let at = match entry.confirm_period.or(entry.short_period) {
             Some(period) => now + period,
             None => timers.next_grid(now, self.timeout / 3),
         };
@@ -241,11 +246,22 @@ impl Watchdog {
                 join_all(fixed.iter().map(|&i| {
                     let (held, _, _, ttl) = &items[i];
                     let mut conn = single.clone();
-                    async move { ops::extend(&mut conn, &held.spec, &held.field, *ttl).await }
+                    async move {
+                        ops::extend(&mut conn, &held.spec, &held.field, *ttl)
+                            .await
+                            .map(|held| {
+                                if held {
+                                    RenewOutcome::Renewed
+                                } else {
+                                    RenewOutcome::Gone
+                                }
+                            })
+                    }
                 }))
             );
             drop(pairs);
-            let mut results: Vec<Option<Result<bool>>> = (0..items.len()).map(|_| None).collect();
+            let mut results: Vec<Option<Result<RenewOutcome>>> =
+                (0..items.len()).map(|_| None).collect();
             for (i, result) in watchdog.into_iter().zip(batched) {
                 results[i] = Some(result);
             }
@@ -272,7 +288,7 @@ impl Watchdog {
         timers: &mut Timers,
         ids: Vec<(u64, u64)>,
         sent: Instant,
-        results: Vec<Result<bool>>,
+        results: Vec<Result<RenewOutcome>>,
     ) -> Vec<u64> {
         let mut retry = Vec::new();
         let mut failed = 0usize;
@@ -288,10 +304,35 @@ impl Watchdog {
                 continue;
             };
             match result {
-                Ok(true) => {
+                Ok(outcome @ (RenewOutcome::Renewed | RenewOutcome::Shortened(_))) => {
                     metrics::renewal(metrics::Renewal::Ok);
                     entry.failures = 0;
-                    held.renewed(sent, self.timeout, grants);
+                    // Another client keeps the lock's TTL shorter than ours (a Redisson reader
+                    // with a shorter watchdog timeout): trusted only that long after this
+                    // renewal, and renewed a third of it later, so the lock outlives that reader
+                    // should it stop; back on the common grid once a renewal finds it no longer.
+                    let short = match outcome {
+                        RenewOutcome::Shortened(ttl) => Some(ttl),
+                        _ => None,
+                    };
+                    if short.is_some() || entry.short_period.is_some() {
+                        tracing::debug!(
+                            lock = held.name(),
+                            ?short,
+                            "renewal of a read hold found its TTL set shorter by another client"
+                        );
+                        let period = short.map(|ttl| (ttl / 3).max(Duration::from_millis(1)));
+                        entry.short_period = period;
+                        if let Some(h) = entry.renew.take() {
+                            timers.cancel(h);
+                        }
+                        let at = match period {
+                            Some(p) => Instant::now() + p,
+                            None => timers.next_grid(Instant::now(), self.timeout / 3),
+                        };
+                        entry.renew = Some(timers.schedule(at, Timer::Renew(id)));
+                    }
+                    held.renewed(sent, short.unwrap_or(self.timeout), grants, short.is_some());
                     if let Some(h) = entry.validity.take() {
                         timers.cancel(h);
                     }
@@ -314,7 +355,7 @@ impl Watchdog {
                     }
                     tracing::trace!(lock = held.name(), "renewed");
                 }
-                Ok(false) => {
+                Ok(RenewOutcome::Gone) => {
                     metrics::renewal(metrics::Renewal::Gone);
                     // Our field was gone when the renewal ran. A grant since then made a new
                     // hold, which this reply says nothing about.

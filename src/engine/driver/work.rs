@@ -46,7 +46,7 @@ pub(crate) enum Work {
     Renewed {
         ids: Vec<(u64, u64)>,
         sent: Instant,
-        results: Vec<Result<bool>>,
+        results: Vec<Result<crate::ops::batch::RenewOutcome>>,
     },
     /// Heartbeat replies for the listed waiters.
     Beaten {
