@@ -209,9 +209,7 @@ impl Target {
 
     /// A client of the server to talk to (standalone: the URL; Sentinel: the current master).
     pub async fn server_client(&self) -> Result<redis::Client, Failure> {
-        let fail = |e: redis::RedisError| {
-            Failure::redis(&format!("cannot connect to {}", self.describe()), e)
-        };
+        let fail = |e: redis::RedisError| connect_failure(&self.describe(), e);
         match &self.topology {
             Topology::Standalone(url) => redis::Client::open(url.as_str()).map_err(fail),
             Topology::Sentinel {
@@ -246,9 +244,7 @@ impl Target {
 
     /// The raw connection.
     async fn raw(&self) -> Result<Raw, Failure> {
-        let fail = |e: redis::RedisError| {
-            Failure::redis(&format!("cannot connect to {}", self.describe()), e)
-        };
+        let fail = |e: redis::RedisError| connect_failure(&self.describe(), e);
         match &self.topology {
             Topology::Cluster(nodes) => {
                 let client = self.cluster_builder(nodes).build().map_err(fail)?;
@@ -482,6 +478,21 @@ fn parse_cluster_slots(value: &Value) -> Vec<(u16, String)> {
 }
 
 /// Runs `fut` with a deadline, as a Redis I/O error when it runs out.
+/// Why connecting to `target` failed, in one line; a server that refused the credentials (or
+/// their absence) says so in the words the library uses.
+fn connect_failure(target: &str, e: redis::RedisError) -> Failure {
+    let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
+    if refused {
+        Failure::Redis(format!(
+            "cannot connect to {target}: Redis refused the client's credentials (check the \
+             username and password)"
+        ))
+    } else {
+        Failure::redis(&format!("cannot connect to {target}"), e)
+    }
+}
+
 async fn within<T>(
     timeout: Duration,
     fut: impl std::future::Future<Output = redis::RedisResult<T>>,

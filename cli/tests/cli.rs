@@ -1058,6 +1058,48 @@ async fn bad_input_gets_one_line_and_its_exit_code() {
         .starts_with("fairlock "));
 }
 
+/// A server that needs a password, reached without one or with a wrong one: every command
+/// fails at once with one line that says the credentials were refused, and exit code 3 (it used
+/// to print twenty pipeline failures, and the library found it only at the first lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_credentials_get_one_line() {
+    let server = RedisServer::start();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("s3cret")
+        .query(&mut server.conn())
+        .unwrap();
+    let port = server.port();
+    for url in [
+        format!("redis://127.0.0.1:{port}"),
+        format!("redis://:wrong@127.0.0.1:{port}"),
+    ] {
+        for args in [
+            vec!["inspect", "x"],
+            vec!["scan"],
+            vec!["semaphore", "s"],
+            vec!["latch", "l"],
+            vec!["purge-dead", "x"],
+            vec!["force-unlock", "x", "--yes"],
+            vec!["watch", "x"],
+        ] {
+            let mut all = vec!["--url", url.as_str()];
+            all.extend(args.iter().copied());
+            let run = cli(&all).await;
+            let err = run.fails_with(3);
+            assert!(
+                err.contains("refused the client's credentials"),
+                "{all:?}: {err:?}"
+            );
+            assert!(!err.contains("s3cret") && !err.contains("wrong"), "{err:?}");
+        }
+    }
+    let ok = format!("redis://:s3cret@127.0.0.1:{port}");
+    let run = cli(&["--url", &ok, "latch", "l"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn every_command_on_a_cluster() {
     let cluster = RedisCluster::start();
