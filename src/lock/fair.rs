@@ -44,6 +44,11 @@ use crate::lock::handle::Handle;
 /// * **Pauses longer than the lease**: a holder stalled (GC, swap, a stopped VM) past its lease
 ///   may still believe it holds the lock. Use [`fenced`](Self::fenced) tokens at the protected
 ///   resource when that matters.
+/// * **Leases close to the round trip**: a grant that reaches its waiter already run out (its
+///   lease, counted from the attempt's send, is gone: a lease of a few milliseconds, a paused
+///   process) cannot be trusted and is given back; the lock goes to the next waiter, and this one
+///   joins the queue again at the tail after a short backoff. It had its turn and could not use
+///   it.
 ///
 /// # Which lock should you use?
 ///
