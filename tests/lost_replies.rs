@@ -112,6 +112,47 @@ async fn an_acquisition_whose_reply_was_lost_is_taken_up_not_added_to() {
     }
 }
 
+/// A release whose first send ran but whose reply was lost, after which somebody else took the
+/// freed lock: the resend finds the lock owned by another holder. That release was ours, so
+/// `unlock()` is `Ok` for every kind (it answered `NotHeld`: the torture test saw it after a
+/// release timed out behind a long script).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_release_that_finds_the_lock_taken_since_was_ours() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let proxy = Proxy::start(server.port());
+    let c = proxied(&proxy).await;
+    let other = Client::connect(&server.url()).await.unwrap();
+    for kind in ["fair", "plain", "read", "write"] {
+        let name = format!("resent:{kind}");
+        let take = |client: &Client| {
+            let (client, name) = (client.clone(), name.clone());
+            async move {
+                match kind {
+                    "fair" => client.fair_lock(&name).lock().await,
+                    "plain" => client.lock(&name).lock().await,
+                    "read" => client.read_write_lock(&name).read_lock().lock().await,
+                    _ => client.read_write_lock(&name).write_lock().lock().await,
+                }
+                .unwrap()
+            }
+        };
+        // Scripts loaded first, so the blackholed send is the release script itself.
+        take(&c).await.unlock().await.unwrap();
+        let guard = take(&c).await;
+        proxy.set_blackhole_replies(true);
+        let unlock = tokio::spawn(guard.unlock());
+        wait_until(Duration::from_secs(5), "the release ran in Redis", || {
+            !raw.exists::<_, bool>(&name).unwrap()
+        });
+        let theirs = take(&other).await;
+        proxy.set_blackhole_replies(false);
+        let released = support::joined(unlock, Duration::from_secs(10), "the unlock").await;
+        assert!(released.is_ok(), "{kind}: {released:?}");
+        theirs.unlock().await.unwrap();
+    }
+}
+
 /// Two calls of one holder (`with_holder`), the first of which lost its reply: the second waits
 /// for the first to be settled and re-enters; neither takes the other's grant, and releasing
 /// both leaves nothing.

@@ -8,14 +8,24 @@ use fairlock_testkit::history::Outcome;
 use super::{by_name, Call, CheckStats, History, Snapshot, Violation};
 
 /// Could `c`'s stale queue entry outlive it? (Its give-up runs after it ends, or may have failed.)
-fn may_leave_stale_entry(c: &Call) -> bool {
-    !matches!(
-        c.end,
-        Some((_, Outcome::Granted, _)) | Some((_, Outcome::TimedOut, _))
-    )
+/// A granted call left the queue with its grant. A timed-out call gave up as its wait ended,
+/// unless a fault touching its process was near that moment (a killed connection or a restart
+/// can lose the give-up and leave the entry: seen with the Redisson-protocol peer, whose thread's
+/// next call then took that place up, as Redisson lets a thread do).
+fn may_leave_stale_entry(h: &History, c: &Call) -> bool {
+    match c.end {
+        Some((_, Outcome::Granted, _)) => false,
+        Some((t, Outcome::TimedOut, _)) => {
+            let command = h.params.command_timeout.as_nanos() as u64;
+            h.fault_near(&c.proc, t, t + command, h.params.fault_grace)
+                .is_some()
+        }
+        _ => true,
+    }
 }
 
 struct FairIndex<'a> {
+    h: &'a History,
     /// Calls of one name by field, by start time (fields used by one task only).
     by_field: HashMap<&'a str, Vec<&'a Call>>,
     /// Grants of the name by token.
@@ -48,6 +58,7 @@ impl<'a> FairIndex<'a> {
         let mut snaps: Vec<&Snapshot> = h.snapshots.iter().filter(|s| s.name == name).collect();
         snaps.sort_by_key(|s| s.t0);
         FairIndex {
+            h,
             by_field,
             grants,
             snaps,
@@ -94,7 +105,7 @@ impl<'a> FairIndex<'a> {
             return true;
         }
         let prev = calls[idx - 1];
-        if !may_leave_stale_entry(prev) {
+        if !may_leave_stale_entry(self.h, prev) {
             return true;
         }
         let field = prev.field.as_str();
