@@ -50,7 +50,7 @@ const FAR_MS: i64 = 1_000_000_000_000;
 const REDISSON_FIELD: &str = "0b6e7f9a-8d1c-4c3e-b2a5-9f0e1d2c3b4a:1";
 const FAIRLOCK_FIELD: &str = "5d2c8e41-7a3b-4f90-9c6e-1b2a3c4d5e6f:1";
 
-/// fairlock's fair acquire and unlock, composed as `src/scripts.rs` composes them.
+/// fairlock's fair acquire and unlock, composed as `src/wire/scripts.rs` composes them.
 const FAIR_ACQUIRE: &str = concat!(
     include_str!("../lua/fair_prologue.lua"),
     "\n",

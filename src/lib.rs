@@ -81,11 +81,12 @@ mod error;
 pub mod keys;
 mod lock;
 mod metrics;
-mod ops;
 mod redlock;
+mod retry;
 mod scripts;
 mod state;
 mod util;
+mod wire;
 
 pub use config::{
     Builder, PubSubMode, SyncFailure, DEFAULT_BATCH_SIZE, DEFAULT_COMMAND_TIMEOUT,

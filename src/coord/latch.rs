@@ -17,7 +17,7 @@ use crate::coord::{call_id, wait_on, Named};
 use crate::engine::inner::Inner;
 use crate::error::{Error, Result};
 use crate::keys::{self, call_mark, count_down_channel};
-use crate::scripts;
+use crate::wire::{self, Marked};
 
 /// A count-down latch shared with Java services, in Redisson's `RCountDownLatch` layout: the key
 /// `NAME` holds the count (deleted when it reaches zero), and the channel
@@ -81,14 +81,7 @@ impl CountDownLatch {
         self.check()?;
         let count = crate::coord::positive("count", count)?;
         let mut conn = self.core.inner.conn.clone();
-        let set: i64 = scripts::LATCH_SET_COUNT
-            .key(&*self.core.name)
-            .arg(count)
-            .arg(conn.publish_command())
-            .arg(&*self.core.channel)
-            .invoke_async(&mut conn)
-            .await?;
-        Ok(set == 1)
+        wire::latch::set_count(&mut conn, &self.core.name, &self.core.channel, count).await
     }
 
     /// Counts down by one and returns the count left (0: the latch is open, its key deleted and
@@ -108,7 +101,7 @@ impl CountDownLatch {
         let mark = call_mark(&self.core.name, &call_id(&self.core.inner));
         let left: i64 = self
             .core
-            .marked(&scripts::LATCH_COUNT_DOWN, &mark, None, Instant::now())
+            .marked(Marked::LatchCountDown, &mark, None, Instant::now())
             .await?;
         if left < 0 {
             return self.count().await;
@@ -127,10 +120,7 @@ impl CountDownLatch {
     pub async fn count(&self) -> Result<u64> {
         self.check()?;
         let mut conn = self.core.inner.conn.clone();
-        let value: Option<i64> = redis::cmd("GET")
-            .arg(&*self.core.name)
-            .query_async(&mut conn)
-            .await?;
+        let value = wire::semaphore::count(&mut conn, &self.core.name).await?;
         Ok(value.unwrap_or(0).max(0) as u64)
     }
 
@@ -148,13 +138,7 @@ impl CountDownLatch {
     pub async fn delete(&self) -> Result<bool> {
         self.check()?;
         let mut conn = self.core.inner.conn.clone();
-        let deleted: i64 = scripts::LATCH_DELETE
-            .key(&*self.core.name)
-            .arg(conn.publish_command())
-            .arg(&*self.core.channel)
-            .invoke_async(&mut conn)
-            .await?;
-        Ok(deleted == 1)
+        wire::latch::delete(&mut conn, &self.core.name, &self.core.channel).await
     }
 
     /// Waits until the count reaches zero (or the latch is deleted), for as long as it takes.

@@ -33,6 +33,7 @@ use tokio::time::Instant;
 
 use crate::engine::inner::Inner;
 use crate::error::{Error, Result};
+use crate::wire;
 
 /// How often a waiter looks again when no message came: a bound on the latency a lost message
 /// could cost (messages are lost only with the connection, whose reconnect wakes everyone).
@@ -70,7 +71,7 @@ where
             Ok(v) => return Ok(v),
             Err(e) if e.is_transient() => {
                 tries += 1;
-                let pause = crate::ops::retry::retry_backoff(tries);
+                let pause = crate::retry::retry_backoff(tries);
                 if Instant::now() + pause >= until {
                     return Err(e);
                 }
@@ -106,27 +107,30 @@ impl Named {
         validate(&self.name, self.inner.conn.is_cluster())
     }
 
-    /// Runs a marked script that changes the count and tells waiters, resent under `mark`
-    /// within the settle window from `started`, so it is applied at most once. KEYS: the count,
-    /// `mark`; ARGV: `lead` when given, the mark's life (ms), the publish command, the channel.
+    /// Runs a marked write that changes the count and tells waiters, resent under `mark`
+    /// within the settle window from `started`, so it is applied at most once (see
+    /// [`wire::marked`]).
     pub(crate) async fn marked<T: redis::FromRedisValue>(
         &self,
-        script: &'static redis::Script,
+        write: wire::Marked,
         mark: &str,
         lead: Option<i64>,
         started: Instant,
     ) -> Result<T> {
         resend(&self.inner, started, || {
             let mut conn = self.inner.conn.clone();
-            let mut call = script.prepare_invoke();
-            call.key(&*self.name).key(mark);
-            if let Some(n) = lead {
-                call.arg(n);
+            async move {
+                wire::marked(
+                    &mut conn,
+                    write,
+                    &self.name,
+                    mark,
+                    lead,
+                    mark_ms(&self.inner),
+                    &self.channel,
+                )
+                .await
             }
-            call.arg(mark_ms(&self.inner))
-                .arg(conn.publish_command())
-                .arg(&*self.channel);
-            async move { Ok(call.invoke_async(&mut conn).await?) }
         })
         .await
     }
@@ -259,7 +263,7 @@ where
                 if out_of_time {
                     return Err(e);
                 }
-                crate::ops::retry::retry_backoff(*tries)
+                crate::retry::retry_backoff(*tries)
             }
             Err(e) => return Err(e),
         };

@@ -26,7 +26,7 @@ use crate::engine::permit::PermitLease;
 use crate::engine::validity::{validity_deadline, LostReason};
 use crate::error::{Error, Result};
 use crate::keys::{self, permit_expiries, semaphore_channel};
-use crate::scripts;
+use crate::wire::{self, permits::PermitKeys};
 
 /// A semaphore whose permits expire, shared with Java services in Redisson's
 /// `RPermitExpirableSemaphore` layout: `NAME` holds the available count, `{NAME}:timeout` (a
@@ -161,25 +161,15 @@ impl ExpirableSemaphore {
     pub async fn delete(&self) -> Result<bool> {
         self.check()?;
         let mut conn = self.core.inner.conn.clone();
-        let deleted: i64 = redis::cmd("DEL")
-            .arg(&*self.core.name)
-            .arg(&*self.expiries)
-            .query_async(&mut conn)
-            .await?;
+        let deleted =
+            wire::semaphore::delete(&mut conn, &[&self.core.name, &self.expiries]).await?;
         Ok(deleted > 0)
     }
 
     async fn counts(&self) -> Result<(i64, u64)> {
         self.check()?;
         let mut conn = self.core.inner.conn.clone();
-        let (available, acquired): (i64, u64) = scripts::PERMIT_COUNTS
-            .key(&*self.core.name)
-            .key(&*self.expiries)
-            .arg(conn.publish_command())
-            .arg(&*self.core.channel)
-            .invoke_async(&mut conn)
-            .await?;
-        Ok((available, acquired))
+        wire::permits::counts(&mut conn, self.keys()).await
     }
 
     /// Waits until `permits` permits are available and takes them, for as long as it takes.
@@ -325,29 +315,15 @@ impl ExpirableSemaphore {
         // The validity counts from the first send: a resend may find the permits taken by a
         // send that ran before it (its reply lost or late), at that earlier time.
         let sent = std::time::Instant::now();
-        let reply: Result<(i64, i64)> = resend(&self.core.inner, started, || {
-            let mut conn = self.core.inner.conn.clone();
-            let publish = conn.publish_command();
-            let (name, expiries, channel) = (
-                self.core.name.clone(),
-                self.expiries.clone(),
-                self.core.channel.clone(),
-            );
-            let ids = ids.clone();
-            async move {
-                let mut call = scripts::PERMIT_ACQUIRE.key(&*name);
-                call.key(&*expiries)
-                    .arg(permits)
-                    .arg(lease_ms)
-                    .arg(publish)
-                    .arg(&*channel);
-                for id in &ids {
-                    call.arg(&id[..]);
+        let reply: Result<(i64, i64)> =
+            resend(&self.core.inner, started, || {
+                let mut conn = self.core.inner.conn.clone();
+                let ids = &ids;
+                async move {
+                    wire::permits::acquire(&mut conn, self.keys(), permits, lease_ms, ids).await
                 }
-                Ok(call.invoke_async(&mut conn).await?)
-            }
-        })
-        .await;
+            })
+            .await;
         let lease = Duration::from_millis(lease_ms as u64);
         match reply {
             Ok((1, _)) if validity_deadline(sent, lease) <= std::time::Instant::now() => {
@@ -359,7 +335,7 @@ impl ExpirableSemaphore {
                 released?;
                 let n = untrusted.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 tracing::debug!(name = %self.core.name, "permits ran out before their reply came; given back");
-                Ok(Look::Backoff(crate::ops::retry::retry_backoff(n)))
+                Ok(Look::Backoff(crate::retry::retry_backoff(n)))
             }
             Ok((1, _)) => {
                 unsettled.semaphore = None;
@@ -395,23 +371,18 @@ impl ExpirableSemaphore {
     async fn release_ids(&self, ids: &[[u8; 16]], started: Instant) -> Result<i64> {
         resend(&self.core.inner, started, || {
             let mut conn = self.core.inner.conn.clone();
-            let publish = conn.publish_command();
-            let (name, expiries, channel) = (
-                self.core.name.clone(),
-                self.expiries.clone(),
-                self.core.channel.clone(),
-            );
-            let ids = ids.to_vec();
-            async move {
-                let mut call = scripts::PERMIT_RELEASE.key(&*name);
-                call.key(&*expiries).arg(publish).arg(&*channel);
-                for id in &ids {
-                    call.arg(&id[..]);
-                }
-                Ok(call.invoke_async(&mut conn).await?)
-            }
+            async move { wire::permits::release(&mut conn, self.keys(), ids).await }
         })
         .await
+    }
+
+    /// The keys and channel the protocol works on.
+    fn keys(&self) -> PermitKeys<'_> {
+        PermitKeys {
+            name: &self.core.name,
+            expiries: &self.expiries,
+            channel: &self.core.channel,
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use crate::coord::{self, call_id, mark_ms, wait_on, Named};
 use crate::engine::inner::Inner;
 use crate::error::{Error, Result};
 use crate::keys::{self, call_mark, semaphore_channel};
-use crate::scripts;
+use crate::wire::{self, Marked};
 
 /// A counting semaphore shared with Java services, in Redisson's `RSemaphore` layout: the key
 /// `NAME` holds the number of available permits as a plain integer, and every release publishes
@@ -117,11 +117,9 @@ impl Semaphore {
     pub async fn available(&self) -> Result<i64> {
         self.check()?;
         let mut conn = self.core.inner.conn.clone();
-        let value: Option<i64> = redis::cmd("GET")
-            .arg(&*self.core.name)
-            .query_async(&mut conn)
-            .await?;
-        Ok(value.unwrap_or(0))
+        Ok(wire::semaphore::count(&mut conn, &self.core.name)
+            .await?
+            .unwrap_or(0))
     }
 
     /// Takes every available permit and returns how many there were (Redisson's
@@ -136,10 +134,7 @@ impl Semaphore {
     pub async fn drain(&self) -> Result<i64> {
         self.check()?;
         let mut conn = self.core.inner.conn.clone();
-        Ok(scripts::SEMAPHORE_DRAIN
-            .key(&*self.core.name)
-            .invoke_async(&mut conn)
-            .await?)
+        wire::semaphore::drain(&mut conn, &self.core.name).await
     }
 
     /// Deletes the semaphore (its count); waiters keep waiting for permits to be set or
@@ -153,11 +148,7 @@ impl Semaphore {
     pub async fn delete(&self) -> Result<bool> {
         self.check()?;
         let mut conn = self.core.inner.conn.clone();
-        let deleted: i64 = redis::cmd("DEL")
-            .arg(&*self.core.name)
-            .query_async(&mut conn)
-            .await?;
-        Ok(deleted == 1)
+        Ok(wire::semaphore::delete(&mut conn, &[&self.core.name]).await? == 1)
     }
 
     /// Waits until `permits` permits are available and takes them, for as long as it takes.
@@ -233,14 +224,14 @@ impl Semaphore {
             permits,
             started,
         };
-        let reply: Result<i64> = scripts::SEMAPHORE_ACQUIRE
-            .key(&*self.core.name)
-            .key(&mark)
-            .arg(permits)
-            .arg(mark_ms(&self.core.inner))
-            .invoke_async(&mut conn)
-            .await
-            .map_err(Error::from);
+        let reply = wire::semaphore::acquire(
+            &mut conn,
+            &self.core.name,
+            &mark,
+            permits,
+            mark_ms(&self.core.inner),
+        )
+        .await;
         match reply {
             Ok(1) => {
                 unsettled.semaphore = None;
@@ -281,7 +272,7 @@ impl Semaphore {
         let given: i64 = self
             .core
             .marked(
-                &scripts::SEMAPHORE_GIVE_BACK,
+                Marked::SemaphoreGiveBack,
                 mark,
                 Some(permits.into()),
                 started,
@@ -326,7 +317,7 @@ impl Semaphore {
         let now: i64 = self
             .core
             .marked(
-                &scripts::SEMAPHORE_RELEASE,
+                Marked::SemaphoreRelease,
                 mark,
                 Some(permits.into()),
                 started,
@@ -342,14 +333,7 @@ impl Named {
     /// `trySetPermits`: sets the count when the key does not exist, and tells waiters.
     pub(super) async fn set_permits(&self, permits: u32) -> Result<bool> {
         let mut conn = self.inner.conn.clone();
-        let set: i64 = scripts::SEMAPHORE_SET_PERMITS
-            .key(&*self.name)
-            .arg(permits)
-            .arg(conn.publish_command())
-            .arg(&*self.channel)
-            .invoke_async(&mut conn)
-            .await?;
-        Ok(set == 1)
+        wire::semaphore::set_permits(&mut conn, &self.name, &self.channel, permits).await
     }
 
     /// `addPermits`, marked (applied once however often it is resent): the new count.
@@ -360,7 +344,7 @@ impl Named {
         let mark = call_mark(&self.name, &call_id(&self.inner));
         let reply: (i64, i64) = self
             .marked(
-                &scripts::SEMAPHORE_ADD_PERMITS,
+                Marked::SemaphoreAddPermits,
                 &mark,
                 Some(delta),
                 Instant::now(),

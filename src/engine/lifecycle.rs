@@ -98,9 +98,8 @@ pub(crate) async fn shutdown(inner: &Inner) {
 /// first lock would fail with `NOAUTH` (or a protocol error on a long command). Any other failure
 /// is left to the first real command, as before.
 async fn check_credentials(conn: &mut Conn, timeout: std::time::Duration) -> Result<()> {
-    let ping = tokio::time::timeout(timeout, redis::cmd("PING").query_async::<()>(conn)).await;
-    match ping {
-        Ok(Err(e)) => match Error::authentication(e) {
+    match crate::wire::server::ping(conn, timeout).await {
+        Err(Error::Redis(e)) => match Error::authentication(e) {
             refused @ Error::Authentication(_) => Err(refused),
             other => {
                 tracing::debug!(error = %crate::error::chain(&other), "PING after connecting failed");
@@ -113,13 +112,7 @@ async fn check_credentials(conn: &mut Conn, timeout: std::time::Duration) -> Res
 
 /// Every lock key carries a TTL, so any eviction policy but `noeviction` may evict a held lock.
 async fn check_eviction_policy(conn: &mut Conn) {
-    // A flat pair list over RESP2, a map over RESP3 (cluster connections).
-    let reply: redis::RedisResult<std::collections::HashMap<String, String>> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory-policy")
-        .query_async(conn)
-        .await;
-    match reply.as_ref().map(|m| m.get("maxmemory-policy")) {
+    match crate::wire::server::maxmemory_policy(conn).await.as_ref() {
         Ok(Some(policy)) if policy != "noeviction" => tracing::warn!(
             policy = policy.as_str(),
             "Redis maxmemory-policy is not noeviction: under memory pressure Redis may evict \

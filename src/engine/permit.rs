@@ -113,13 +113,12 @@ impl PermitLease {
         }
         self.mark_lost(LostReason::Shutdown);
         self.end();
-        let publish = conn.publish_command();
-        let mut call = crate::scripts::PERMIT_RELEASE.key(&*self.name);
-        call.key(&*self.expiries).arg(publish).arg(&*self.channel);
-        for id in &self.ids {
-            call.arg(&id[..]);
-        }
-        if let Err(e) = call.invoke_async::<i64>(conn).await {
+        let keys = crate::wire::permits::PermitKeys {
+            name: &self.name,
+            expiries: &self.expiries,
+            channel: &self.channel,
+        };
+        if let Err(e) = crate::wire::permits::release(conn, keys, &self.ids).await {
             tracing::warn!(name = %self.name, error = %e, "shutdown: permits not released; they come back at their lease");
         }
     }

@@ -13,8 +13,8 @@ use crate::conn::Conn;
 use crate::engine::field::{FieldTurn, Held};
 use crate::engine::validity::LostReason;
 use crate::error::Result;
-use crate::ops::retry::retry_backoff;
-use crate::ops::{self, ReleaseArgs, Released, Unlocked};
+use crate::retry::retry_backoff;
+use crate::wire::{self, ReleaseArgs, Released, Unlocked};
 
 /// How many command timeouts a release keeps retrying transient failures for: enough for a
 /// Sentinel or Cluster failover to complete.
@@ -59,7 +59,7 @@ pub(crate) async fn release(
         let Some(args) = turn.with(|a| plan(a, what)) else {
             return Ok(Unlocked::Expired);
         };
-        let sent = ops::unlock(conn, &held.spec, &held.field, args).await;
+        let sent = wire::unlock(conn, &held.spec, &held.field, args).await;
         let found = match sent {
             Err(e) if e.is_transient() && started.elapsed() < window => {
                 tracing::debug!(lock = held.name(), field = &*held.field, error = %crate::error::chain(&e), retries, "retrying release");

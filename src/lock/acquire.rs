@@ -38,7 +38,7 @@ use crate::error::{Error, Result};
 use crate::keys::{Kind, LockSpec};
 use crate::lock::guard::{Lease, LockGuard};
 use crate::metrics;
-use crate::ops::{self, AcquireArgs, Attempt, Mode, Turn};
+use crate::wire::{self, AcquireArgs, Attempt, Mode, QueuePlace};
 
 /// What one lock call asks for.
 #[derive(Debug, Clone, Copy)]
@@ -295,7 +295,7 @@ struct Waiter {
     /// A writer-preferring read-write waiter: the turns channel of its queue, and its place as
     /// its last attempt reported it (PROTOCOL 10).
     turns: Option<Subscription>,
-    place: Option<Turn>,
+    place: Option<QueuePlace>,
 }
 
 /// A run of transient errors met by one waiter.
@@ -384,7 +384,7 @@ impl Waiter {
                     hint_ms,
                     queued_at,
                     server_ms,
-                    turn: place,
+                    place,
                 } => {
                     drop(turn);
                     self.place = place;
@@ -764,7 +764,7 @@ impl Waiter {
             return Err(error);
         }
         outage.retries = outage.retries.saturating_add(1);
-        let pause = crate::ops::retry::retry_backoff(outage.retries).min(limit - now);
+        let pause = crate::retry::retry_backoff(outage.retries).min(limit - now);
         tracing::warn!(error = %crate::error::chain(&error), retry_in = ?pause, "transient redis error while acquiring");
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
@@ -786,7 +786,7 @@ impl Waiter {
     ) -> Result<bool> {
         self.untrusted = self.untrusted.saturating_add(1);
         let now = Instant::now();
-        let mut pause = crate::ops::retry::retry_backoff(self.untrusted);
+        let mut pause = crate::retry::retry_backoff(self.untrusted);
         if let Some(d) = deadline {
             if now >= d {
                 return Ok(false);
@@ -819,7 +819,7 @@ impl Waiter {
     /// announcement that came during it is not missed.
     async fn wait_for_turn(
         &mut self,
-        place: Turn,
+        place: QueuePlace,
         seen: Option<u64>,
         until: Instant,
         closed: &mut tokio::sync::watch::Receiver<bool>,
@@ -843,7 +843,7 @@ impl Waiter {
             seen = turns.seq();
             match turns.turn() {
                 Some((head, first_writer))
-                    if !Turn::comes(place.seq, writer, head, first_writer) =>
+                    if !QueuePlace::comes(place.seq, writer, head, first_writer) =>
                 {
                     tracing::trace!(head, first_writer, seq = place.seq, "not our turn yet");
                 }
@@ -892,7 +892,7 @@ async fn attempt_with_turn(
     command_timeout: Duration,
 ) -> Result<Attempt> {
     let expected = turn.with(|a| a.count);
-    let reply = ops::acquire(conn, args, expected, drop_stale).await;
+    let reply = wire::acquire(conn, args, expected, drop_stale).await;
     match &reply {
         Ok(Attempt::Acquired { count, adopted, .. }) => turn.with(|a| {
             // What Redis had for us before this attempt: `count - 1`, or for an adopted hold the
@@ -925,7 +925,7 @@ async fn attempt_with_turn(
     }
     match (reply?, sync) {
         (granted @ Attempt::Acquired { .. }, Some(sync)) => {
-            match crate::ops::replica::synced(conn, args, sync).await {
+            match crate::wire::replica::synced(conn, args, sync).await {
                 Ok(true) => Ok(granted),
                 outcome => {
                     // Unsynced, or its sync unknown: the grant is given back before the outcome
@@ -942,7 +942,7 @@ async fn attempt_with_turn(
                         hint_ms: 10,
                         queued_at: None,
                         server_ms: 0,
-                        turn: None,
+                        place: None,
                     })
                 }
             }

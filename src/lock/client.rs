@@ -160,11 +160,7 @@ impl Client {
         }
         let mut conn = self.inner.conn.clone();
         let started = std::time::Instant::now();
-        let cmd = redis::cmd("PING");
-        let ping = cmd.query_async::<redis::Value>(&mut conn);
-        tokio::time::timeout(self.inner.config.command_timeout, ping)
-            .await
-            .map_err(|_| crate::error::timed_out("PING timed out"))??;
+        crate::wire::server::ping(&mut conn, self.inner.config.command_timeout).await?;
         Ok(Health {
             round_trip: started.elapsed(),
             subscriber: self.inner.subscriber.state(),

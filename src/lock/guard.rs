@@ -15,7 +15,7 @@ use crate::engine::release::{release_logged, What};
 use crate::engine::validity::LostReason;
 use crate::error::{Error, Result};
 use crate::lock::holder::Holder;
-use crate::ops::Unlocked;
+use crate::wire::Unlocked;
 
 /// What kind of lease a hold has: renewed by the watchdog while the guard lives, or fixed, with
 /// the id of the guard's entry in the field's account (one word either way).
@@ -285,7 +285,7 @@ impl LockGuard {
         let mut conn = self.held.inner.conn.clone();
         let sent = Instant::now();
         let still_held =
-            crate::ops::extend(&mut conn, &self.held.spec, &self.held.field, ttl_ms).await?;
+            crate::wire::extend(&mut conn, &self.held.spec, &self.held.field, ttl_ms).await?;
         turn.with(|a| {
             if a.gen != self.gen {
                 return;

@@ -12,8 +12,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::AsyncCommands;
-
 use crate::engine::inner::Inner;
 use crate::error::{Error, Result};
 use crate::keys;
@@ -21,8 +19,8 @@ use crate::keys::{Kind, LockSpec};
 use crate::lock::acquire::{acquire, Request};
 use crate::lock::guard::LockGuard;
 use crate::lock::holder::Holder;
-use crate::ops;
 use crate::state::LockState;
+use crate::wire;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Handle {
@@ -124,21 +122,17 @@ impl Handle {
     pub(crate) async fn force_unlock(&self) -> Result<bool> {
         let spec = self.spec()?;
         let mut conn = self.inner.conn.clone();
-        ops::force_unlock(&mut conn, spec).await
+        wire::force_unlock(&mut conn, spec).await
     }
 
     pub(crate) async fn is_locked(&self) -> Result<bool> {
         let spec = self.spec()?;
         let mut conn = self.inner.conn.clone();
         match spec.kind {
-            Kind::Fair | Kind::NonFair => Ok(conn.exists(spec.name()).await?),
+            Kind::Fair | Kind::NonFair => wire::exists(&mut conn, spec.name()).await,
             // Redisson's `isLocked` of each side of an `RReadWriteLock`.
             Kind::Read | Kind::Write => {
-                let (mode, fields): (Option<String>, i64) = redis::pipe()
-                    .hget(spec.name(), "mode")
-                    .hlen(spec.name())
-                    .query_async(&mut conn)
-                    .await?;
+                let (mode, fields) = wire::rw_mode(&mut conn, spec.name()).await?;
                 Ok(match (spec.kind, mode.as_deref()) {
                     (Kind::Read, Some("read")) => true,
                     (Kind::Read, Some("write")) => fields > 2,
@@ -153,14 +147,14 @@ impl Handle {
         let spec = self.spec()?;
         let mut conn = self.inner.conn.clone();
         Ok(crate::state::RwLockState::from_raw(
-            ops::rw_state(&mut conn, spec).await?,
+            wire::rw_state(&mut conn, spec).await?,
         ))
     }
 
     pub(crate) async fn rw_force_unlock(&self, side: Option<Kind>) -> Result<bool> {
         let spec = self.spec()?;
         let mut conn = self.inner.conn.clone();
-        ops::rw_force_unlock(&mut conn, spec, side).await
+        wire::rw_force_unlock(&mut conn, spec, side).await
     }
 
     pub(crate) async fn hold_count(&self) -> Result<u32> {
@@ -169,12 +163,11 @@ impl Handle {
         let count: i64 = match self.holder {
             Some(holder) => {
                 let field = spec.owner_field(self.inner.field(holder.id()));
-                let count: Option<i64> = conn.hget(spec.name(), &*field).await?;
-                count.unwrap_or(0)
+                wire::field_count(&mut conn, spec.name(), &field).await?
             }
             None => {
                 // Every holder of this client: the fields that start with its UUID.
-                let fields: Vec<(String, String)> = conn.hgetall(spec.name()).await?;
+                let fields = wire::fields(&mut conn, spec.name()).await?;
                 let prefix = format!("{}:", self.inner.uuid);
                 fields
                     .iter()
@@ -195,7 +188,7 @@ impl Handle {
     pub(crate) async fn state(&self) -> Result<LockState> {
         let spec = self.spec()?;
         let mut conn = self.inner.conn.clone();
-        Ok(LockState::from_raw(ops::state(&mut conn, spec).await?))
+        Ok(LockState::from_raw(wire::state(&mut conn, spec).await?))
     }
 }
 

@@ -264,7 +264,7 @@ impl MultiLock {
             }
             tracing::debug!("a multi-lock member was lost before the last was taken; trying again");
             rounds = rounds.saturating_add(1);
-            let mut pause = crate::ops::retry::retry_backoff(rounds);
+            let mut pause = crate::retry::retry_backoff(rounds);
             if let Some(d) = deadline {
                 let now = Instant::now();
                 if now >= d {

@@ -1,7 +1,7 @@
 //! Deadline heartbeats of fair waiters that are still waiting.
 //!
 //! A queued fair waiter's deadline is refreshed every third of the client's waiter liveness
-//! window, batched over every waiter of the client due in the same tick (`ops/batch.rs`), so a live
+//! window, batched over every waiter of the client due in the same tick (`wire/batch.rs`), so a live
 //! waiter is never purged however long it waits, while one whose process died is purged once the
 //! window lapses. A heartbeat also tells a waiter when to look again: it is the head of a free
 //! lock (a lost or never-sent message costs at most one period), it was dropped from the queue,
@@ -19,7 +19,7 @@ use super::work::Work;
 use crate::conn::Conn;
 use crate::error::Result;
 use crate::keys::LockSpec;
-use crate::ops::batch::{self, Beat};
+use crate::wire::batch::{self, Beat};
 
 /// A fair waiter the driver keeps alive in the queue while its future waits.
 #[derive(Debug)]

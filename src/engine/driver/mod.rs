@@ -283,10 +283,10 @@ fn renew_permits(
     tokio::spawn(async move {
         let sent = Instant::now();
         let lease_ms = leases[0].lease().as_millis() as i64;
-        let items: Vec<crate::ops::batch::PermitItem<'_>> =
+        let items: Vec<crate::wire::batch::PermitItem<'_>> =
             leases.iter().map(|l| (l.expiries(), &l.ids[..])).collect();
         tracing::debug!(guards = items.len(), "renewing permits");
-        let results = crate::ops::batch::renew_permits(&mut conn, &items, lease_ms, batch).await;
+        let results = crate::wire::batch::renew_permits(&mut conn, &items, lease_ms, batch).await;
         for (lease, result) in leases.iter().zip(&results) {
             lease.on_renewed(sent, result);
         }

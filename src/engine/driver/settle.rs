@@ -14,7 +14,7 @@ use crate::engine::field::Held;
 use crate::engine::release::{release_logged, What};
 use crate::error::Result;
 use crate::keys::LockSpec;
-use crate::ops::{self, AcquireArgs, Attempt, Mode};
+use crate::wire::{self, AcquireArgs, Attempt, Mode};
 
 /// Runs an abandoned attempt to its end and settles its outcome, in its own task.
 pub(super) fn abandoned_in_background(attempt: AttemptFuture, held: Arc<Held>, args: AcquireArgs) {
@@ -50,7 +50,7 @@ pub(crate) async fn give_up_logged(held: &Held, spec: &LockSpec, field: &str) {
         a.count
     });
     let mut conn = held.inner.conn.clone();
-    let outcome = ops::give_up(&mut conn, spec, field, expected).await;
+    let outcome = wire::give_up(&mut conn, spec, field, expected).await;
     match outcome {
         Ok(outcome) => tracing::debug!(lock = spec.name(), field, ?outcome, "gave up waiting"),
         Err(e) => {
@@ -145,7 +145,7 @@ mod tests {
             hint_ms: 5,
             queued_at: None,
             server_ms: 0,
-            turn: None,
+            place: None,
         });
         assert!(plan(&waiting, &args(Kind::Fair, Mode::Queue)).give_up);
         assert!(plan(&waiting, &args(Kind::Fair, Mode::Requeue)).give_up);

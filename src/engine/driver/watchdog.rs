@@ -1,7 +1,7 @@
 //! The watchdog: renewals and validity deadlines of held locks.
 //!
 //! * A lock with a live watchdog hold is renewed every `watchdog_timeout / 3`, on a grid shared by
-//!   every lock of the client, so all renewals due in one tick go out together (`ops/batch.rs`). A
+//!   every lock of the client, so all renewals due in one tick go out together (`wire/batch.rs`). A
 //!   renewal that comes due while the lock's previous one is still in flight is not sent beside
 //!   it, but if that one then fails it goes out at once rather than a period later (a server
 //!   stalled for longer than the command timeout, e.g. writes paused by a manual failover, must not
@@ -37,9 +37,9 @@ use crate::engine::field::Held;
 use crate::engine::validity::LostReason;
 use crate::error::Result;
 use crate::metrics;
-use crate::ops;
-use crate::ops::batch::{self, RenewOutcome};
 use crate::util::join_all;
+use crate::wire;
+use crate::wire::batch::{self, RenewOutcome};
 
 /// The driver's view of one held lock and owner field.
 #[derive(Debug)]
@@ -247,7 +247,7 @@ impl Watchdog {
                     let (held, _, _, ttl) = &items[i];
                     let mut conn = single.clone();
                     async move {
-                        ops::extend(&mut conn, &held.spec, &held.field, *ttl)
+                        wire::extend(&mut conn, &held.spec, &held.field, *ttl)
                             .await
                             .map(|held| {
                                 if held {

@@ -11,8 +11,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::heartbeat::WaiterBeat;
 use crate::engine::field::{FieldTurn, Held};
 use crate::error::Result;
-use crate::ops::batch::Beat;
-use crate::ops::{AcquireArgs, Attempt};
+use crate::wire::batch::Beat;
+use crate::wire::{AcquireArgs, Attempt};
 
 /// Work for the driver.
 pub(crate) enum Work {
@@ -46,7 +46,7 @@ pub(crate) enum Work {
     Renewed {
         ids: Vec<(u64, u64)>,
         sent: Instant,
-        results: Vec<Result<crate::ops::batch::RenewOutcome>>,
+        results: Vec<Result<crate::wire::batch::RenewOutcome>>,
     },
     /// Heartbeat replies for the listed waiters.
     Beaten {

@@ -227,7 +227,7 @@ fn victim_exempt(
         }
         return h.fault_near(&a.proc, s.t0, until, h.params.fault_grace);
     }
-    if a.lease_ms.is_some_and(|l| l < NEAR_MARGIN_MS) {
+    if near_margin(a) {
         // A lease close to the round trip: the grant its turn brought may reach it already run
         // out, and the library gives such a grant back (the next waiter gets the lock) and the
         // waiter joins again at the tail, after a backoff (`lock/acquire.rs`,
@@ -248,6 +248,12 @@ fn victim_exempt(
 /// Fixed leases under this many ms are "near the validity margin" (the workload draws 3 to 8 ms
 /// there; its other leases start at 60 ms).
 const NEAR_MARGIN_MS: u64 = 50;
+
+/// Whether `c`'s lease is near the validity margin: a grant may reach it already run out, and
+/// is then given back; the waiter joins the queue again at the tail.
+pub(super) fn near_margin(c: &Call) -> bool {
+    c.lease_ms.is_some_and(|l| l < NEAR_MARGIN_MS)
+}
 
 /// Whether `b`'s grant may be the take-up of an earlier call's grant (lost reply): a fault
 /// touched its process between `from` and its return.

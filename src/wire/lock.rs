@@ -1,8 +1,8 @@
-//! The script-call ABI of single-lock operations: the only place that knows the keys, arguments
-//! and reply codes of each Lua script that works on one lock (`lua/*.lua`). One function, one
-//! script call, one round trip; no retries, no waiting and no bookkeeping here (the caller holds
-//! the field's turn and keeps its account: `engine/field.rs`, `engine/release.rs`, `lock/acquire.rs`). Batched calls
-//! over many locks are in `ops/batch.rs`.
+//! The locks' protocol (the mutexes and both sides of the read-write lock): the only place that
+//! knows the keys, arguments and reply codes of each Lua script that works on one lock, and the
+//! plain reads of a lock's keys. One function, one round trip; no retries, no waiting and no
+//! bookkeeping here (the caller holds the field's turn and keeps its account). Batched calls
+//! over many locks are in `wire/batch.rs`.
 //!
 //! This module must never decide anything from a reply beyond decoding it.
 
@@ -56,20 +56,20 @@ pub(crate) enum Attempt {
         server_ms: i64,
         /// A writer-preferring read-write waiter's place: its arrival number, and whether its
         /// turn has come (PROTOCOL 10).
-        turn: Option<Turn>,
+        place: Option<QueuePlace>,
     },
 }
 
-/// A writer-preferring read-write waiter's place in its queue.
+/// A writer-preferring read-write waiter's place in its queue (PROTOCOL 10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Turn {
+pub(crate) struct QueuePlace {
     /// Its arrival number.
     pub(crate) seq: u64,
     /// Whether it may enter by the queue's rule (it waits for the lock, not for others ahead).
     pub(crate) may_enter: bool,
 }
 
-impl Turn {
+impl QueuePlace {
     /// Whether a waiter with arrival number `seq` may enter after the announcement
     /// `<head>:<first writer>` (`fairlock_rw_turns:{NAME}`): a reader before the first writer,
     /// a writer at the head. One no longer in the queue (`seq` before the head) should look.
@@ -253,19 +253,19 @@ pub(crate) async fn acquire(
             hint_ms: *hint,
             queued_at: (*position > 0).then_some(*position as u64),
             server_ms: *server_ms,
-            turn: None,
+            place: None,
         }),
         [0, position, hint] => Ok(Attempt::Waiting {
             hint_ms: *hint,
             queued_at: (*position > 0).then_some(*position as u64),
             server_ms: 0,
-            turn: None,
+            place: None,
         }),
         [0, position, hint, 0, seq, may_enter] => Ok(Attempt::Waiting {
             hint_ms: *hint,
             queued_at: (*position > 0).then_some(*position as u64),
             server_ms: 0,
-            turn: (*seq > 0).then_some(Turn {
+            place: (*seq > 0).then_some(QueuePlace {
                 seq: *seq as u64,
                 may_enter: *may_enter == 1,
             }),
@@ -465,6 +465,36 @@ pub(crate) async fn rw_force_unlock(
     Ok(deleted == 1)
 }
 
+/// Whether the lock's key exists (anyone holds it).
+pub(crate) async fn exists(conn: &mut Conn, name: &str) -> Result<bool> {
+    Ok(redis::cmd("EXISTS").arg(name).query_async(conn).await?)
+}
+
+/// A read-write lock's `mode` field and how many fields its hash has (Redisson's `isLocked` of
+/// each side decides from these).
+pub(crate) async fn rw_mode(conn: &mut Conn, name: &str) -> Result<(Option<String>, i64)> {
+    Ok(redis::pipe()
+        .hget(name, "mode")
+        .hlen(name)
+        .query_async(conn)
+        .await?)
+}
+
+/// The hold count of one owner field (0 when it holds nothing).
+pub(crate) async fn field_count(conn: &mut Conn, name: &str, field: &str) -> Result<i64> {
+    let count: Option<i64> = redis::cmd("HGET")
+        .arg(name)
+        .arg(field)
+        .query_async(conn)
+        .await?;
+    Ok(count.unwrap_or(0))
+}
+
+/// Every field of the lock's hash with its value.
+pub(crate) async fn fields(conn: &mut Conn, name: &str) -> Result<Vec<(String, String)>> {
+    Ok(redis::cmd("HGETALL").arg(name).query_async(conn).await?)
+}
+
 /// How a read-write lock's attempt uses the writer-preferring queue (`lua/rw_read_acquire.lua`).
 fn rw_queueing(args: &AcquireArgs) -> &'static str {
     match (args.spec.prefer_writers, args.mode) {
@@ -524,21 +554,21 @@ pub(crate) async fn state(conn: &mut Conn, spec: &LockSpec) -> Result<RawState> 
 
 #[cfg(test)]
 mod tests {
-    use super::Turn;
+    use super::QueuePlace;
 
     #[test]
     fn a_turn_comes_for_readers_before_the_first_writer_and_for_a_writer_at_the_head() {
         // Queue 5 (reader), 6 (reader), 7 (writer), 8 (reader): head 5, first writer 7.
-        assert!(Turn::comes(5, false, 5, 7));
-        assert!(Turn::comes(6, false, 5, 7));
-        assert!(!Turn::comes(7, true, 5, 7));
-        assert!(!Turn::comes(8, false, 5, 7));
+        assert!(QueuePlace::comes(5, false, 5, 7));
+        assert!(QueuePlace::comes(6, false, 5, 7));
+        assert!(!QueuePlace::comes(7, true, 5, 7));
+        assert!(!QueuePlace::comes(8, false, 5, 7));
         // The readers entered: the writer is the head.
-        assert!(Turn::comes(7, true, 7, 7));
-        assert!(!Turn::comes(8, false, 7, 7));
+        assert!(QueuePlace::comes(7, true, 7, 7));
+        assert!(!QueuePlace::comes(8, false, 7, 7));
         // No writer queued: every reader.
-        assert!(Turn::comes(9, false, 8, 0));
+        assert!(QueuePlace::comes(9, false, 8, 0));
         // Gone from the queue (before the head): look.
-        assert!(Turn::comes(3, true, 7, 7));
+        assert!(QueuePlace::comes(3, true, 7, 7));
     }
 }

@@ -6,7 +6,7 @@
 use crate::config::{ReplicaSync, SyncFailure};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
-use crate::ops::AcquireArgs;
+use crate::wire::AcquireArgs;
 
 /// Connected replicas of the master of `slot` (`INFO replication`).
 pub(crate) async fn connected_replicas(conn: &mut Conn, slot: u16) -> Result<u64> {
