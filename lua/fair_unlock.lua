@@ -1,5 +1,6 @@
--- Fair lock: release holds (PROTOCOL 4 unlock), a compare-and-set on our hold count, so sending the
--- same release twice (a resend after a lost reply) never releases twice, without any latch key.
+-- Fair lock: release holds (PROTOCOL 4 unlock), a compare-and-set on our hold count
+-- (`compare_release`, lua/release_prologue.lua), so sending the same release twice (a resend after
+-- a lost reply) never releases twice, without any latch key.
 -- The last release hands the lock on (`pass_on`): to a fairlock head that asked for it directly
 -- (PROTOCOL 8), otherwise by telling the head.
 --
@@ -26,34 +27,22 @@
 
 local k = {name = KEYS[1], queue = KEYS[2], deadlines = KEYS[3], liveness = KEYS[4],
   grants = KEYS[5], token = KEYS[6]}
-local field, expected, by = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local dark, remaining_ttl = ARGV[4] == '1', tonumber(ARGV[5])
-local publish_cmd, channel_prefix = ARGV[6], ARGV[7]
+local channel_prefix = channel
 
-local held = tonumber(redis.call('HGET', k.name, field)) or 0
--- The reply once the lock is handed on (below the prologue), the head if already read, and
+local held, by, reply = compare_release(k.name)
+-- The reply once the lock is handed on (below the fair prologue), the head if already read, and
 -- whether holds remain under a TTL cut by more than half (the head is told, below).
 local outcome, head, cut
-if held == 0 then
-  if redis.call('EXISTS', k.name) == 1 then
-    return {-1, 0}
-  end
-  outcome = {2, 0}
+if reply and reply[1] ~= 2 then
+  return reply
+end
+if reply then
+  -- The lock no longer exists: hand it on all the same, so a free lock never has a sleeping head.
+  outcome = reply
 else
-  if held ~= expected then
-    if dark and held == expected + 1 then
-      by = by + 1
-    else
-      return {3, held}
-    end
-  end
   if held > by then
     redis.call('HINCRBY', k.name, field, -by)
-    if remaining_ttl > 0 then
-      local before = redis.call('PTTL', k.name)
-      redis.call('PEXPIRE', k.name, remaining_ttl)
-      cut = before > 2 * remaining_ttl
-    end
+    cut = set_remaining_ttl(k.name, remaining_ttl)
     if not cut then
       return {0, held - by}
     end

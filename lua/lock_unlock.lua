@@ -1,5 +1,6 @@
--- Non-fair lock: release holds (PROTOCOL 3 unlock), a compare-and-set on our hold count, so sending
--- the same release twice (a resend after a lost reply) never releases twice, without any latch key.
+-- Non-fair lock: release holds (PROTOCOL 3 unlock), a compare-and-set on our hold count
+-- (`compare_release`, lua/release_prologue.lua), so sending the same release twice (a resend after
+-- a lost reply) never releases twice, without any latch key.
 --
 -- KEYS[1] owner hash NAME
 -- ARGV[1] owner field, ARGV[2] the hold count the caller believes Redis has for the field,
@@ -17,32 +18,15 @@
 --        {3, count} our count is not what the caller believes: nothing was changed.
 
 local name = KEYS[1]
-local field, expected, by = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local dark, remaining_ttl = ARGV[4] == '1', tonumber(ARGV[5])
-local publish_cmd, channel = ARGV[6], ARGV[7]
 
-local held = tonumber(redis.call('HGET', name, field)) or 0
-if held == 0 then
-  if redis.call('EXISTS', name) == 0 then
-    return {2, 0}
-  end
-  return {-1, 0}
-end
-if held ~= expected then
-  if dark and held == expected + 1 then
-    by = by + 1
-  else
-    return {3, held}
-  end
+local held, by, reply = compare_release(name)
+if reply then
+  return reply
 end
 if held > by then
   redis.call('HINCRBY', name, field, -by)
-  if remaining_ttl > 0 then
-    local before = redis.call('PTTL', name)
-    redis.call('PEXPIRE', name, remaining_ttl)
-    if before > 2 * remaining_ttl then
-      redis.call(publish_cmd, channel, '0')
-    end
+  if set_remaining_ttl(name, remaining_ttl) then
+    redis.call(publish_cmd, channel, '0')
   end
   return {0, held - by}
 end

@@ -25,18 +25,11 @@ end
 
 local now = server_now_ms()
 
-local expired = redis.call('ZRANGEBYSCORE', expiries, 0, now, 'LIMIT', 0, wanted)
-if #expired > 0 then
-  zrem_all(expiries, expired, 1)
-  local value = redis.call('INCRBY', name, #expired)
-  if value > 0 then
-    redis.call(publish_cmd, channel, value)
-  end
-end
+reclaim_expired(name, expiries, now, wanted, publish_cmd, channel)
 
-local available = tonumber(redis.call('GET', name) or '0')
-if available == nil then
-  return redis.error_reply('ERR fairlock: semaphore ' .. name .. ' does not hold a number')
+local available, bad = available_count(name)
+if bad then
+  return bad
 end
 if available >= wanted then
   redis.call('DECRBY', name, wanted)

@@ -8,16 +8,9 @@
 -- Reply: {available, acquired}: the count in NAME (0 when missing) and the permits held now.
 
 local name, expiries = KEYS[1], KEYS[2]
-local expired = redis.call('ZRANGEBYSCORE', expiries, 0, server_now_ms(), 'LIMIT', 0, 1000)
-if #expired > 0 then
-  zrem_all(expiries, expired, 1)
-  local value = redis.call('INCRBY', name, #expired)
-  if value > 0 then
-    redis.call(ARGV[1], ARGV[2], value)
-  end
-end
-local available = tonumber(redis.call('GET', name) or '0')
-if available == nil then
-  return redis.error_reply('ERR fairlock: semaphore ' .. name .. ' does not hold a number')
+reclaim_expired(name, expiries, server_now_ms(), 1000, ARGV[1], ARGV[2])
+local available, bad = available_count(name)
+if bad then
+  return bad
 end
 return {available, redis.call('ZCARD', expiries)}

@@ -19,3 +19,26 @@ local function zrem_all(key, members, first)
   end
   return removed
 end
+
+-- Reclaims up to `limit` permits of `expiries` whose expiry passed by `now` (as Redisson does,
+-- lazily): they come back to the count `name`, and a positive new count is published on
+-- `channel`.
+local function reclaim_expired(name, expiries, now, limit, publish_cmd, channel)
+  local expired = redis.call('ZRANGEBYSCORE', expiries, 0, now, 'LIMIT', 0, limit)
+  if #expired > 0 then
+    zrem_all(expiries, expired, 1)
+    local value = redis.call('INCRBY', name, #expired)
+    if value > 0 then
+      redis.call(publish_cmd, channel, value)
+    end
+  end
+end
+
+-- The available count in `name` (0 when missing), or the error reply when it is not a number.
+local function available_count(name)
+  local available = tonumber(redis.call('GET', name) or '0')
+  if available == nil then
+    return nil, redis.error_reply('ERR fairlock: semaphore ' .. name .. ' does not hold a number')
+  end
+  return available, nil
+end

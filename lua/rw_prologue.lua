@@ -93,3 +93,46 @@ local function rw_leave(q, field)
   rw_tidy(q)
   return was
 end
+
+-- The reply of an attempt that must wait. A writer-preferring wait (`now` set: the queue was
+-- looked at) also reports its arrival number and whether its turn has come (the waiting client
+-- wakes it on the turns channel only when that changes): {0, joined, hint, 0, seq, may_enter};
+-- any other wait {0, joined, hint}.
+local function rw_waiting(q, field, now, joined, hint, may_enter)
+  if not now then
+    return {0, joined, hint}
+  end
+  local seq = tonumber(redis.call('ZSCORE', q.queue, field)) or 0
+  return {0, joined, hint, 0, seq, may_enter and 1 or 0}
+end
+
+-- The writer-preferring queue's gate, for a field that does not hold the lock: drops dead
+-- waiters (announcing the new turns), then, unless the field's turn has come, joins it at the
+-- tail (`queueing` = 'queue') and answers that it waits. Returns the server time it read, and
+-- the reply to give at once, or nil when the field may try for the lock.
+local function rw_gate(q, field, writer, queueing, name, mode, window, publish_cmd, turns)
+  local now = rw_now()
+  if rw_purge(q, now) > 0 then
+    -- Dead waiters may have kept others out: tell who may enter now.
+    rw_announce(q, publish_cmd, turns)
+  end
+  if rw_turn(q, field, writer) then
+    return now, nil
+  end
+  local joined = 0
+  if queueing == 'queue' then
+    joined = rw_join(q, field, writer, now, window)
+  end
+  return now, rw_waiting(q, field, now, joined, mode and redis.call('PTTL', name) or -1, false)
+end
+
+-- The lock's mode and `field`'s hold count, or the reply to give at once when `name` is held as
+-- another kind of lock (a mutex's owner hash has no `mode`): writing into it would corrupt both
+-- (Redisson's script would), so the attempt waits until it is gone, as behind a writer.
+local function rw_mode_and_held(name, field)
+  local mode = redis.call('HGET', name, 'mode')
+  if mode == false and redis.call('EXISTS', name) == 1 then
+    return false, 0, {0, 0, redis.call('PTTL', name)}
+  end
+  return mode, mode and tonumber(redis.call('HGET', name, field)) or 0, nil
+end

@@ -48,39 +48,18 @@ local function cover(count)
   end
 end
 
-local mode = redis.call('HGET', name, 'mode')
-if mode == false and redis.call('EXISTS', name) == 1 then
-  -- The name is held as another kind of lock (a mutex's owner hash has no `mode`): writing into
-  -- it would corrupt both (Redisson's script would). Wait until it is gone, as behind a writer.
-  return {0, 0, redis.call('PTTL', name)}
+local mode, held, other_kind = rw_mode_and_held(name, field)
+if other_kind then
+  return other_kind
 end
-local held = mode and tonumber(redis.call('HGET', name, field)) or 0
 local own_writer = mode == 'write' and redis.call('HEXISTS', name, write_field) == 1
 local now
 
--- A writer-preferring wait reports its arrival number and whether its turn has come (the
--- waiting client wakes it on the turns channel only when that changes): {0, joined, hint, 0,
--- seq, may_enter}.
-local function waiting(joined, hint, may_enter)
-  if not now then
-    return {0, joined, hint}
-  end
-  local seq = tonumber(redis.call('ZSCORE', q.queue, field)) or 0
-  return {0, joined, hint, 0, seq, may_enter and 1 or 0}
-end
-
 if queueing ~= '' and held == 0 and not own_writer then
-  now = rw_now()
-  if rw_purge(q, now) > 0 then
-    -- Dead waiters may have kept others out: tell who may enter now.
-    rw_announce(q, publish_cmd, turns)
-  end
-  if not rw_turn(q, field, false) then
-    local joined = 0
-    if queueing == 'queue' then
-      joined = rw_join(q, field, false, now, window)
-    end
-    return waiting(joined, mode and redis.call('PTTL', name) or -1, false)
+  local wait
+  now, wait = rw_gate(q, field, false, queueing, name, mode, window, publish_cmd, turns)
+  if wait then
+    return wait
   end
 end
 
@@ -110,4 +89,4 @@ local joined = 0
 if queueing == 'queue' and now then
   joined = rw_join(q, field, false, now, window)
 end
-return waiting(joined, redis.call('PTTL', name), true)
+return rw_waiting(q, field, now, joined, redis.call('PTTL', name), true)

@@ -1,5 +1,6 @@
 -- Read-write lock, read side: release holds (RReadWriteLock layout, PROTOCOL 10), a
--- compare-and-set on our hold count, so sending the same release twice never releases twice.
+-- compare-and-set on our hold count (`compare_release`, lua/release_prologue.lua), so sending
+-- the same release twice never releases twice.
 --
 -- KEYS[1] the lock hash NAME, KEYS[2] the base the lease keys are named from (`{NAME}`, or NAME
 -- when it has a hash tag)
@@ -20,33 +21,18 @@
 --        {3, count} our count is not what the caller believes: nothing was changed.
 
 local name, base = KEYS[1], KEYS[2]
-local field, expected, by = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local dark, remaining_ttl = ARGV[4] == '1', tonumber(ARGV[5])
-local publish_cmd, channel = ARGV[6], ARGV[7]
 local prefix = base .. ':' .. field .. ':rwlock_timeout:'
 
-local held = tonumber(redis.call('HGET', name, field)) or 0
-if held == 0 then
-  if redis.call('EXISTS', name) == 0 then
-    return {2, 0}
-  end
-  return {-1, 0}
-end
-if held ~= expected then
-  if dark and held == expected + 1 then
-    by = by + 1
-  else
-    return {3, held}
-  end
+local held, by, reply = compare_release(name)
+if reply then
+  return reply
 end
 for k = held, math.max(held - by, 0) + 1, -1 do
   redis.call('DEL', prefix .. k)
 end
 if held > by then
   redis.call('HINCRBY', name, field, -by)
-  if remaining_ttl > 0 and redis.call('PTTL', name) < remaining_ttl then
-    redis.call('PEXPIRE', name, remaining_ttl)
-  end
+  raise_ttl(name, remaining_ttl)
   return {0, held - by}
 end
 redis.call('HDEL', name, field)

@@ -1,5 +1,6 @@
 -- Read-write lock, write side: release holds (RReadWriteLock layout, PROTOCOL 10), a
--- compare-and-set on our hold count, so sending the same release twice never releases twice.
+-- compare-and-set on our hold count (`compare_release`, lua/release_prologue.lua), so sending
+-- the same release twice never releases twice.
 --
 -- KEYS[1] the lock hash NAME
 -- ARGV[1] our write field, ARGV[2] the hold count the caller believes Redis has for it,
@@ -21,35 +22,21 @@
 --        caller believes: nothing was changed.
 
 local name = KEYS[1]
-local field, expected, by = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local dark, remaining_ttl = ARGV[4] == '1', tonumber(ARGV[5])
-local publish_cmd, channel = ARGV[6], ARGV[7]
 
-local held = tonumber(redis.call('HGET', name, field)) or 0
-if held == 0 then
-  if redis.call('EXISTS', name) == 0 then
-    return {2, 0}
-  end
-  return {-1, 0}
-end
-if held ~= expected then
-  if dark and held == expected + 1 then
-    by = by + 1
-  else
-    return {3, held}
-  end
+local held, by, reply = compare_release(name)
+if reply then
+  return reply
 end
 if held > by then
   redis.call('HINCRBY', name, field, -by)
-  if remaining_ttl > 0 then
-    -- Our own read holds (a downgrade) may need more than the write holds left.
-    local before = redis.call('PTTL', name)
-    if redis.call('HLEN', name) == 2 or before < remaining_ttl then
-      redis.call('PEXPIRE', name, remaining_ttl)
-      if before > 2 * remaining_ttl then
-        redis.call(publish_cmd, channel, '1')
-      end
+  -- Our own read holds (a downgrade) may need more than the write holds left: the TTL becomes
+  -- what the write holds need only when nothing else is in the hash; otherwise it is only raised.
+  if redis.call('HLEN', name) == 2 then
+    if set_remaining_ttl(name, remaining_ttl) then
+      redis.call(publish_cmd, channel, '1')
     end
+  else
+    raise_ttl(name, remaining_ttl)
   end
   return {0, held - by}
 end

@@ -18,6 +18,10 @@ const FAIR_PROLOGUE: &str = include_str!("../lua/fair_prologue.lua");
 /// of the scripts that use them (`rw "file"` below).
 const RW_PROLOGUE: &str = include_str!("../lua/rw_prologue.lua");
 
+/// The release scripts' compare-and-set and TTL helpers (`lua/release_prologue.lua`), joined in
+/// front of every unlock script (`release "file"` and `fair_release "file"` below).
+const RELEASE_PROLOGUE: &str = include_str!("../lua/release_prologue.lua");
+
 /// The expirable semaphore's helpers (`lua/permit_prologue.lua`), joined in front of its scripts
 /// (`permit "file"` below).
 const PERMIT_PROLOGUE: &str = include_str!("../lua/permit_prologue.lua");
@@ -52,7 +56,8 @@ impl Deref for Lua {
 
 /// Declares the scripts as `Lua` statics (`fair "file"`: with the fair prologue; `rw "file"`: with
 /// the read-write queue's prologue in front; `permit "file"`: with the expirable semaphore's;
-/// `plain "file"`: as it is), and [`ALL`] listing them.
+/// `release "file"`: with the release prologue in front; `fair_release "file"`: both the release
+/// prologue in front and the fair one; `plain "file"`: as it is), and [`ALL`] listing them.
 macro_rules! scripts {
     ($($name:ident = $how:ident $file:literal;)*) => {
         $(
@@ -70,6 +75,16 @@ macro_rules! scripts {
     (@source rw $file:literal) => {
         format!("{}\n{}", RW_PROLOGUE, include_str!(concat!("../lua/", $file)))
     };
+    (@source release $file:literal) => {
+        format!("{}\n{}", RELEASE_PROLOGUE, include_str!(concat!("../lua/", $file)))
+    };
+    (@source fair_release $file:literal) => {
+        format!(
+            "{}\n{}",
+            RELEASE_PROLOGUE,
+            with_prologue(include_str!(concat!("../lua/", $file)))
+        )
+    };
     (@source permit $file:literal) => {
         format!("{}\n{}", PERMIT_PROLOGUE, include_str!(concat!("../lua/", $file)))
     };
@@ -80,21 +95,21 @@ macro_rules! scripts {
 
 scripts! {
     FAIR_ACQUIRE = fair "fair_acquire.lua";
-    FAIR_UNLOCK = fair "fair_unlock.lua";
+    FAIR_UNLOCK = fair_release "fair_unlock.lua";
     FAIR_GIVE_UP = fair "fair_give_up.lua";
     FAIR_FORCE_UNLOCK = fair "fair_force_unlock.lua";
     FAIR_HEARTBEAT = fair "fair_heartbeat.lua";
     RENEW = plain "renew.lua";
     STATE = plain "state.lua";
     LOCK_ACQUIRE = plain "lock_acquire.lua";
-    LOCK_UNLOCK = plain "lock_unlock.lua";
+    LOCK_UNLOCK = release "lock_unlock.lua";
     LOCK_FORCE_UNLOCK = plain "lock_force_unlock.lua";
     RW_READ_ACQUIRE = rw "rw_read_acquire.lua";
     RW_WRITE_ACQUIRE = rw "rw_write_acquire.lua";
     RW_GIVE_UP = rw "rw_give_up.lua";
     RW_HEARTBEAT = rw "rw_heartbeat.lua";
-    RW_READ_UNLOCK = plain "rw_read_unlock.lua";
-    RW_WRITE_UNLOCK = plain "rw_write_unlock.lua";
+    RW_READ_UNLOCK = release "rw_read_unlock.lua";
+    RW_WRITE_UNLOCK = release "rw_write_unlock.lua";
     RW_FORCE_UNLOCK = plain "rw_force_unlock.lua";
     RW_STATE = plain "rw_state.lua";
     SEMAPHORE_ACQUIRE = plain "semaphore_acquire.lua";

@@ -856,8 +856,13 @@ async fn sem_round(
         (false, false) => SEM_NAME,
     };
     let max = fairlock::ExpirableSemaphore::MAX_PERMITS;
-    let n = if big {
-        8_000 + rng.below(u64::from(max) - 8_000 + 1) as u32
+    let n = if big && rng.chance(0.1) {
+        // Near the API's limit: scripts long enough to stall the server (the checker counts
+        // such a call as a server-wide stall, `check::add_workload_stalls`).
+        max - rng.below(4_000) as u32
+    } else if big {
+        // Just past what Lua's unpack of one list can take (about 8,000).
+        8_000 + rng.below(4_001) as u32
     } else {
         1 + rng.below(2) as u32
     };

@@ -468,6 +468,7 @@ pub fn torture(test: &str, seed: u64) {
     h.add_events(sink.lock().unwrap().drain(..));
     h.snapshots = std::mem::take(&mut *snapshots.lock().unwrap());
     h.faults = shared.faults.lock().unwrap().clone();
+    check::add_workload_stalls(&mut h);
     h.frozen = shared.frozen.lock().unwrap().clone();
     h.exited = shared.exited.lock().unwrap().clone();
     let (violations, stats) = check::check(&h, 5);

@@ -57,7 +57,10 @@
 //!   timeout + a scheduling slack, unless a fault touching its process overlapped the call
 //!   (widened by a grace period) or the process's runtime was seen stalled then.
 //! * **Unlock** (`unlock`): `unlock()` answered `NotHeld` although the guard was not lost, its
-//!   validity had not run out when the release finished, and no fault touched its process.
+//!   validity had not run out when the release finished, and no fault touched its process
+//!   (fairlock's calls only: the Redisson-protocol peer keeps one validity per thread, the
+//!   longest of its holds, while a re-entered Redisson read hold with a shorter lease can expire
+//!   by itself inside it).
 //! * **Writer preference** (`writer-preference`), on the read-write lock used only through
 //!   writer-preferring handles: a reader whose call started after a writer was seen queued is not
 //!   granted before that writer, unless a fault or a stall touched the writer's process meanwhile
@@ -138,6 +141,42 @@ pub struct CheckStats {
     /// Permit holds of the semaphore looked at, and the most permits trusted at once.
     pub permit_holds: usize,
     pub permit_peak: u64,
+}
+
+/// Calls on the big semaphore that take more than this many permits run scripts long enough to
+/// stall the server for everybody (one `ZADD` per permit, and as many removals when they are
+/// reclaimed or released).
+const BIG_SCRIPT_PERMITS: u64 = 20_000;
+
+/// Adds the stalls the workload itself causes as faults of every process: a call on the big
+/// semaphore with more than [`BIG_SCRIPT_PERMITS`] permits blocks the server while its acquire,
+/// renewals, release or reclaim run, from its start until its release is done (or its end, when
+/// it got nothing). The timing rules (bounded waits, unlock) then treat it as they treat a
+/// `DEBUG SLEEP`; the rules about what the library promises whatever Redis does (mutual
+/// exclusion, fencing, returned-lost) are not touched by it.
+pub fn add_workload_stalls(h: &mut History) {
+    let stalls: Vec<Fault> = h
+        .calls
+        .iter()
+        .filter(|c| c.name == crate::config::BIG_SEM_NAME)
+        .filter(|c| {
+            c.op.strip_prefix("sem")
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n > BIG_SCRIPT_PERMITS)
+        })
+        .map(|c| {
+            let end = c.end.map_or(c.t_start, |(t, _, _)| t);
+            let done = c.released.as_ref().map_or(end, |(t, _)| *t);
+            let done = c.release.as_ref().map_or(done, |(t, ..)| done.max(*t));
+            Fault {
+                kind: "big-script".into(),
+                scope: Scope::All,
+                t0: c.t_start,
+                t1: done,
+            }
+        })
+        .collect();
+    h.faults.extend(stalls);
 }
 
 /// Runs every rule. Violations are sorted by rule and capped per rule (`max_per_rule`).
