@@ -30,7 +30,7 @@ import sys
 # layer. lib.rs is the crate root: it declares every module and re-exports the public API.
 LAYERS = [
     ("root", ["lib.rs"]),
-    ("composites", ["redlock.rs"]),
+    ("composites", ["redlock.rs", "admin.rs"]),
     ("lock", ["lock/"]),
     ("coord", ["coord/"]),
     ("engine", ["engine/"]),
@@ -41,17 +41,18 @@ LAYERS = [
         [
             "keys.rs",
             "state.rs",
-            "config.rs",
+            "config/",
             "metrics.rs",
             "retry.rs",
             "scripts.rs",
             "util.rs",
+            "lease.rs",
             "error.rs",
         ],
     ),
 ]
-# The one place a cycle may live, and the largest cycle allowed there.
-MAX_CYCLE = 6
+# The largest import cycle allowed; a cycle must stay within one folder.
+MAX_CYCLE = 3
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 

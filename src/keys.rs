@@ -523,6 +523,44 @@ pub enum DerivedKey {
     ReadLease,
 }
 
+impl DerivedKey {
+    /// A short stable label: `queue`, `deadlines`, `liveness`, `grants`, `fencing`, `latch`,
+    /// `rw_queue`, `rw_writers`, `rw_liveness`, `rw_seq` or `lease` (what the `fairlock` tool
+    /// prints as a key's role).
+    pub fn label(self) -> &'static str {
+        match self {
+            DerivedKey::Queue => "queue",
+            DerivedKey::Deadlines => "deadlines",
+            DerivedKey::Liveness => "liveness",
+            DerivedKey::Grants => "grants",
+            DerivedKey::Token => "fencing",
+            DerivedKey::Latch => "latch",
+            DerivedKey::RwQueue => "rw_queue",
+            DerivedKey::RwWriters => "rw_writers",
+            DerivedKey::RwLiveness => "rw_liveness",
+            DerivedKey::RwSeq => "rw_seq",
+            DerivedKey::ReadLease => "lease",
+        }
+    }
+
+    /// The Redis type the key holds (`TYPE` answers it): `"list"`, `"zset"`, `"hash"` or
+    /// `"string"`. A key of another type under a derived name is not the library's.
+    pub fn value_type(self) -> &'static str {
+        match self {
+            DerivedKey::Queue => "list",
+            DerivedKey::Grants => "hash",
+            DerivedKey::Deadlines
+            | DerivedKey::Liveness
+            | DerivedKey::RwQueue
+            | DerivedKey::RwWriters
+            | DerivedKey::RwLiveness => "zset",
+            DerivedKey::Token | DerivedKey::Latch | DerivedKey::RwSeq | DerivedKey::ReadLease => {
+                "string"
+            }
+        }
+    }
+}
+
 /// The lock name and kind of a derived key (`redisson_lock_queue:{orders}` is the queue of
 /// `orders`), or `None` for any other key. `{NAME}` is read as the braces of the prefix rule: a
 /// lock named `x` and one named `{x}` share every derived key in Redisson's layout, so they cannot

@@ -2,8 +2,10 @@
 //! the recorder and exporter it likes (Prometheus, StatsD, …); without the feature every function
 //! here compiles to nothing. The names, types, units and labels are listed in the README.
 //!
-//! Labels: `kind` (`fair` or `plain`) on per-lock metrics, and the lock's name as `lock` only when
-//! the user opted in with `Builder::metrics_lock_names` (names can be unbounded).
+//! Labels: `kind` on per-lock metrics (`fair`, `plain`, `read`, `write`; and for the counting
+//! kinds, which record their waiting calls and losses under the same names, `semaphore`,
+//! `expirable_semaphore`, `latch`), and the lock's (or semaphore's, latch's) name as `lock` only
+//! when the user opted in with `Builder::metrics_lock_names` (names can be unbounded).
 //!
 //! This module must never do I/O, take a lock, or allocate on a path that runs without a
 //! recorder beyond what the facade itself does.
@@ -65,12 +67,13 @@ mod imp {
         describe_counter!(
             "fairlock_acquisitions_total",
             Unit::Count,
-            "Lock calls by how they ended: acquired, timed_out, error, cancelled (future dropped)"
+            "Waiting calls (locks, semaphores' acquires, latches' waits) by how they ended: \
+             acquired (a latch: opened), timed_out, error, cancelled (future dropped)"
         );
         describe_histogram!(
             "fairlock_wait_seconds",
             Unit::Seconds,
-            "How long each lock call took, by how it ended"
+            "How long each waiting call took, by how it ended"
         );
         describe_histogram!(
             "fairlock_handover_seconds",
@@ -144,6 +147,35 @@ mod imp {
         counter!("fairlock_lost_total", l).increment(1);
     }
 
+    fn counting_labels(kind: &'static str, name: &str, names: bool) -> Vec<Label> {
+        let mut labels = vec![Label::from_static_parts("kind", kind)];
+        if names {
+            labels.push(Label::new("lock", name.to_owned()));
+        }
+        labels
+    }
+
+    /// A waiting call of a counting kind ended (see [`Call`](super::Call)).
+    pub(crate) fn counting_call_ended(
+        kind: &'static str,
+        name: &str,
+        names: bool,
+        outcome: Outcome,
+        waited: Duration,
+    ) {
+        let mut l = counting_labels(kind, name, names);
+        l.push(Label::from_static_parts("outcome", outcome.label()));
+        counter!("fairlock_acquisitions_total", l.clone()).increment(1);
+        histogram!("fairlock_wait_seconds", l).record(waited.as_secs_f64());
+    }
+
+    /// Permits of an expirable semaphore were lost.
+    pub(crate) fn counting_lost(kind: &'static str, name: &str, names: bool, reason: &'static str) {
+        let mut l = counting_labels(kind, name, names);
+        l.push(Label::from_static_parts("reason", reason));
+        counter!("fairlock_lost_total", l).increment(1);
+    }
+
     pub(crate) fn renewal(result: Renewal) {
         let result = match result {
             Renewal::Ok => "ok",
@@ -177,6 +209,10 @@ mod imp {
     #[inline(always)]
     pub(crate) fn lost(_: &LockSpec, _: bool, _: &'static str) {}
     #[inline(always)]
+    pub(crate) fn counting_call_ended(_: &'static str, _: &str, _: bool, _: Outcome, _: Duration) {}
+    #[inline(always)]
+    pub(crate) fn counting_lost(_: &'static str, _: &str, _: bool, _: &'static str) {}
+    #[inline(always)]
     pub(crate) fn renewal(_: Renewal) {}
     #[inline(always)]
     pub(crate) fn renewal_calls(_: u64) {}
@@ -185,3 +221,57 @@ mod imp {
 }
 
 pub(crate) use imp::*;
+
+/// One waiting call of a counting kind (`semaphore`, `expirable_semaphore`, `latch`), recorded as a
+/// lock call is when it ends: by outcome, with its wait; dropped before it ended, as cancelled.
+#[derive(Debug)]
+pub(crate) struct Call<'a> {
+    kind: &'static str,
+    name: &'a str,
+    names: bool,
+    started: std::time::Instant,
+    done: bool,
+}
+
+impl<'a> Call<'a> {
+    pub(crate) fn start(kind: &'static str, name: &'a str, names: bool) -> Self {
+        Call {
+            kind,
+            name,
+            names,
+            started: std::time::Instant::now(),
+            done: false,
+        }
+    }
+
+    /// The call ended with `result` (`Ok(None)`: its wait ran out).
+    pub(crate) fn end<T>(mut self, result: &crate::error::Result<Option<T>>) {
+        self.done = true;
+        let outcome = match result {
+            Ok(Some(_)) => Outcome::Acquired,
+            Ok(None) => Outcome::TimedOut,
+            Err(_) => Outcome::Error,
+        };
+        counting_call_ended(
+            self.kind,
+            self.name,
+            self.names,
+            outcome,
+            self.started.elapsed(),
+        );
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            counting_call_ended(
+                self.kind,
+                self.name,
+                self.names,
+                Outcome::Cancelled,
+                self.started.elapsed(),
+            );
+        }
+    }
+}

@@ -250,7 +250,7 @@ impl RedLock {
         self.check_masters()?;
         let name = &self.name;
         let replies = join_all(self.masters.iter().map(|c| {
-            let lock = c.lock(name.clone());
+            let lock = c.non_fair_lock(name.clone());
             async move { lock.force_unlock().await }
         }))
         .await;
@@ -274,7 +274,7 @@ impl RedLock {
         self.check_masters()?;
         let name = &self.name;
         let replies = join_all(self.masters.iter().map(|c| {
-            let lock = c.lock(name.clone());
+            let lock = c.non_fair_lock(name.clone());
             async move { lock.is_locked().await }
         }))
         .await;
@@ -523,7 +523,9 @@ impl Attempt<'_> {
     /// the background.
     async fn round(&self) -> Vec<Node> {
         join_all(self.lock.masters.iter().map(|client| {
-            let lock = client.lock(self.lock.name.clone()).with_holder(self.holder);
+            let lock = client
+                .non_fair_lock(self.lock.name.clone())
+                .with_holder(self.holder);
             let (lease, timeout) = (self.lease, self.node_timeout);
             async move {
                 match tokio::time::timeout(timeout, lock.try_lock(Duration::ZERO, lease)).await {

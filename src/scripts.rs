@@ -26,6 +26,9 @@ const RELEASE_PROLOGUE: &str = include_str!("../lua/release_prologue.lua");
 /// (`permit "file"` below).
 const PERMIT_PROLOGUE: &str = include_str!("../lua/permit_prologue.lua");
 
+/// Joined in front of the operators' scripts (`admin_*.lua`).
+const ADMIN_PROLOGUE: &str = include_str!("../lua/admin_prologue.lua");
+
 /// The line in a fair script where the prologue goes; a script without it gets the prologue in
 /// front. What a script does above the marker (its cheapest paths) runs without defining any of
 /// the prologue's helpers.
@@ -88,6 +91,9 @@ macro_rules! scripts {
     (@source permit $file:literal) => {
         format!("{}\n{}", PERMIT_PROLOGUE, include_str!(concat!("../lua/", $file)))
     };
+    (@source admin $file:literal) => {
+        format!("{}\n{}", ADMIN_PROLOGUE, include_str!(concat!("../lua/", $file)))
+    };
     (@source plain $file:literal) => {
         include_str!(concat!("../lua/", $file)).to_owned()
     };
@@ -125,6 +131,8 @@ scripts! {
     LATCH_SET_COUNT = plain "latch_set_count.lua";
     LATCH_COUNT_DOWN = plain "latch_count_down.lua";
     LATCH_DELETE = plain "latch_delete.lua";
+    ADMIN_FORCE_UNLOCK = admin "admin_force_unlock.lua";
+    ADMIN_PURGE_DEAD = admin "admin_purge_dead.lua";
 }
 
 /// The `EVAL` equivalent of `cmd` when it is an `EVALSHA` of one of our scripts: the source in

@@ -7,7 +7,7 @@
 //! `QueuedWaiter::alive` and for every tool that reads locks from the outside (the `fairlock`
 //! command-line tool calls [`QueuedWaiter::dead_reason`]). The scripts that act on that judgement
 //! atomically keep their own Lua copy: `lua/fair_prologue.lua` (`purge_stale_head`, the library's
-//! rule) and the CLI's `cli/lua/cli_prologue.lua` (`dead_reason`, this rule with its codes).
+//! rule) and `lua/admin_prologue.lua` (`dead_reason`, this rule with its codes, for `fairlock::admin`).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -287,7 +287,7 @@ impl QueuedWaiter {
     ///
     /// The `fairlock` command-line tool reports with this rule and acts on it atomically in its
     /// scripts, whose one Lua copy of it is `dead_reason` in the repository's
-    /// `cli/lua/cli_prologue.lua` (same order, same codes): change both together.
+    /// `lua/admin_prologue.lua` (same order, same codes): change both together.
     ///
     /// ```
     /// # fn demo(state: fairlock::LockState) {
@@ -332,6 +332,18 @@ impl DeadReason {
             DeadReason::NoDeadline => "no_deadline",
             DeadReason::DeadlinePassed => "deadline_passed",
         }
+    }
+
+    /// The reason with this [`code`](Self::code) (as the admin scripts reply it).
+    pub(crate) fn from_code(code: &str) -> Option<DeadReason> {
+        [
+            DeadReason::LivenessLapsed,
+            DeadReason::LivenessMissing,
+            DeadReason::NoDeadline,
+            DeadReason::DeadlinePassed,
+        ]
+        .into_iter()
+        .find(|r| r.code() == code)
     }
 }
 

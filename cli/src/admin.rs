@@ -1,16 +1,16 @@
 //! `fairlock force-unlock NAME` and `fairlock purge-dead NAME`: the two commands that change a
-//! lock. Each runs one of the CLI's scripts (`lua/cli_*.lua`), which reports exactly what it
-//! removed and whom it told, atomically.
+//! lock. Each runs the library's repair (`fairlock::admin`), one script that reports exactly what
+//! it removed and whom it told, atomically.
 
 use std::io::{BufRead, IsTerminal, Write};
 
+use fairlock::admin::{self, Announce, DeadWaiter};
 use fairlock::keys::{self, LockKeys};
 use serde::Serialize;
 
-use crate::connect::Session;
+use crate::connect::{Raw, Session};
 use crate::error::Failure;
 use crate::output::{Out, Table};
-use crate::scripts;
 use crate::snapshot::{self, Latches, OwnerView};
 
 #[derive(Debug, Serialize)]
@@ -48,38 +48,31 @@ pub struct PurgeReport {
     pub locked: bool,
 }
 
-fn removed_list(flat: Vec<String>) -> Vec<Removed> {
-    flat.chunks(2)
-        .filter_map(|pair| match pair {
-            [field, reason] => {
-                let (client, holder) = keys::split_field(field);
-                Some(Removed {
-                    field: field.clone(),
-                    client_id: client.to_owned(),
-                    holder_id: holder,
-                    reason: reason.clone(),
-                })
+fn removed_list(waiters: Vec<DeadWaiter>) -> Vec<Removed> {
+    waiters
+        .into_iter()
+        .map(|w| {
+            let (client, holder) = keys::split_field(&w.field);
+            Removed {
+                client_id: client.to_owned(),
+                holder_id: holder,
+                reason: w.reason.code().to_owned(),
+                field: w.field,
             }
-            _ => None,
         })
         .collect()
 }
 
-fn owners_list(flat: Vec<String>) -> Vec<OwnerView> {
-    flat.chunks(2)
-        .filter_map(|pair| match pair {
-            [field, holds] => {
-                let (client, holder) = keys::split_field(field);
-                Some(OwnerView {
-                    field: field.clone(),
-                    client_id: client.to_owned(),
-                    holder_id: holder,
-                    holds: holds.parse().unwrap_or(0),
-                })
-            }
-            _ => None,
-        })
-        .collect()
+/// How the session's wake-ups are published, as the library names it.
+fn announce(session: &Session) -> Announce {
+    match (
+        session.publish.contains(&"SPUBLISH"),
+        session.publish.contains(&"PUBLISH"),
+    ) {
+        (true, true) => Announce::Both,
+        (true, false) => Announce::Sharded,
+        _ => Announce::Classic,
+    }
 }
 
 /// Asks on the terminal; `Ok(())` when the answer is yes.
@@ -151,39 +144,40 @@ pub async fn force_unlock(
     }
 
     let keys = LockKeys::new(name);
-    let mut inv = scripts::FORCE_UNLOCK.prepare_invoke();
-    inv.key(keys.name())
-        .key(keys.queue())
-        .key(keys.deadlines())
-        .key(keys.liveness())
-        .key(keys.grants())
-        .arg(keys.channel());
-    for cmd in &session.publish {
-        inv.arg(*cmd);
-    }
-    type Reply = (i64, Vec<String>, Vec<String>, String, i64, i64);
-    let (deleted, owners, dropped, head, on_release, on_head): Reply = session
-        .raw
-        .script(&inv)
-        .await
-        .map_err(|e| Failure::redis("force-unlock failed", e))?;
-    if deleted == 0 {
+    let how = announce(session);
+    let outcome = match &mut session.raw {
+        Raw::Server(c) => admin::force_unlock(c, name, how).await,
+        Raw::Cluster(c) => admin::force_unlock(c, name, how).await,
+    };
+    let Some(done) = outcome.map_err(|e| Failure::library("force-unlock failed", e))? else {
         return Err(Failure::NotFound(format!(
             "lock {name:?} was released meanwhile: nothing to unlock"
         )));
-    }
+    };
     let report = ForceUnlockReport {
         name: name.to_owned(),
         removed: true,
-        owners: owners_list(owners),
-        dropped_dead_waiters: removed_list(dropped),
-        woken: (!head.is_empty()).then(|| Told {
+        owners: done
+            .owners
+            .into_iter()
+            .map(|(field, holds)| {
+                let (client, holder) = keys::split_field(&field);
+                OwnerView {
+                    client_id: client.to_owned(),
+                    holder_id: holder,
+                    holds,
+                    field,
+                }
+            })
+            .collect(),
+        dropped_dead_waiters: removed_list(done.dropped),
+        woken: done.woken.map(|head| Told {
             channel: keys.waiter_channel(&head),
             field: head,
-            receivers: on_head,
+            receivers: done.woken_receivers as i64,
         }),
         release_channel: keys.channel().to_owned(),
-        release_channel_receivers: on_release,
+        release_channel_receivers: done.release_receivers as i64,
     };
     let out = Out;
     if json {
@@ -219,37 +213,26 @@ pub async fn force_unlock(
 
 pub async fn purge_dead(session: &mut Session, name: &str, json: bool) -> Result<(), Failure> {
     let keys = LockKeys::new(name);
-    let mut inv = scripts::PURGE_DEAD.prepare_invoke();
-    inv.key(keys.name())
-        .key(keys.queue())
-        .key(keys.deadlines())
-        .key(keys.liveness())
-        .key(keys.grants())
-        .arg(keys.channel());
-    for cmd in &session.publish {
-        inv.arg(*cmd);
-    }
-    type Reply = (Vec<String>, String, i64, i64, i64, i64);
-    let (removed, told, receivers, queue_length, held, had_queue): Reply = session
-        .raw
-        .script(&inv)
-        .await
-        .map_err(|e| Failure::redis("purge-dead failed", e))?;
-    if had_queue == 0 && held == 0 {
+    let how = announce(session);
+    let outcome = match &mut session.raw {
+        Raw::Server(c) => admin::purge_dead(c, name, how).await,
+        Raw::Cluster(c) => admin::purge_dead(c, name, how).await,
+    };
+    let Some(done) = outcome.map_err(|e| Failure::library("purge-dead failed", e))? else {
         return Err(Failure::NotFound(format!(
             "no lock or queue named {name:?}"
         )));
-    }
+    };
     let report = PurgeReport {
         name: name.to_owned(),
-        purged: removed_list(removed),
-        woken: (!told.is_empty()).then(|| Told {
+        purged: removed_list(done.removed),
+        woken: done.woken.map(|told| Told {
             channel: keys.waiter_channel(&told),
             field: told,
-            receivers,
+            receivers: done.woken_receivers as i64,
         }),
-        queue_length,
-        locked: held == 1,
+        queue_length: done.queue_length as i64,
+        locked: done.locked,
     };
     let out = Out;
     if json {

@@ -369,17 +369,6 @@ impl Raw {
         }
     }
 
-    /// A script invocation.
-    pub async fn script<T: FromRedisValue>(
-        &mut self,
-        inv: &redis::ScriptInvocation<'_>,
-    ) -> redis::RedisResult<T> {
-        match self {
-            Raw::Server(c) => inv.invoke_async(c).await,
-            Raw::Cluster(c) => inv.invoke_async(c).await,
-        }
-    }
-
     /// A keyless command on one node (cluster: the master serving `node.slot`).
     pub async fn on_node<T: FromRedisValue>(
         &mut self,

@@ -20,7 +20,8 @@ pub struct SemaphoreView {
     /// (the key holds something that is not a count).
     pub kind: &'static str,
     pub available: Option<i64>,
-    /// PTTL of the count: -2 no such key, -1 no expiry.
+    /// PTTL of the count: -1 no expiry; in JSON `null` when there is no such key.
+    #[serde(serialize_with = "crate::output::pttl_json")]
     pub pttl_ms: i64,
     pub server_time_ms: i64,
     pub server_time: String,
@@ -46,6 +47,8 @@ pub struct LatchView {
     /// `latch`, `open` (no key: a count of zero), or `other`.
     pub kind: &'static str,
     pub count: i64,
+    /// PTTL of the count: -1 no expiry; in JSON `null` when there is no such key.
+    #[serde(serialize_with = "crate::output::pttl_json")]
     pub pttl_ms: i64,
     pub channel: String,
 }

@@ -117,6 +117,20 @@ impl From<fairlock::Error> for Failure {
     }
 }
 
+impl Failure {
+    /// A library call that failed: bad input is a usage error; otherwise the Redis error behind
+    /// it (the library's message does not repeat its source) after `context`.
+    pub fn library(context: &str, e: fairlock::Error) -> Failure {
+        if e.is_invalid_input() {
+            return Failure::Usage(one_line(&e.to_string()));
+        }
+        match std::error::Error::source(&e) {
+            Some(cause) => Failure::redis(context, cause),
+            None => Failure::redis(context, e),
+        }
+    }
+}
+
 impl From<redis::RedisError> for Failure {
     fn from(e: redis::RedisError) -> Failure {
         Failure::Redis(format!("redis error: {}", one_line(&e.to_string())))

@@ -23,7 +23,6 @@ mod inspect;
 mod listen;
 mod output;
 mod scan;
-mod scripts;
 mod snapshot;
 mod watch;
 

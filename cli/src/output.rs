@@ -29,6 +29,25 @@ pub fn duration(ms: i64) -> String {
 }
 
 /// Unix epoch milliseconds as UTC RFC 3339 with milliseconds: `2026-11-23T21:40:12.345Z`.
+/// A PTTL in JSON: `null` for a key that does not exist (Redis's -2), else the number (-1: no
+/// expiry).
+pub fn pttl_json<S: serde::Serializer>(pttl: &i64, s: S) -> Result<S::Ok, S::Error> {
+    if *pttl == -2 {
+        s.serialize_none()
+    } else {
+        s.serialize_i64(*pttl)
+    }
+}
+
+/// `n` and the noun, singular for one: `1 orphan`, `2 orphans`.
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 pub fn timestamp(epoch_ms: i64) -> String {
     let days = epoch_ms.div_euclid(86_400_000);
     let in_day = epoch_ms.rem_euclid(86_400_000);

@@ -19,6 +19,7 @@ use crate::error::Failure;
 use crate::glob;
 use crate::output::{self, Out, Table};
 use crate::snapshot::{self, parse_derived, KeyView, Latches, Orphan, Role, Snapshot};
+use fairlock::keys::DerivedKey;
 
 /// A hash with more fields than this is not taken for a lock.
 const MAX_LOCK_FIELDS: i64 = 8;
@@ -71,7 +72,9 @@ impl Found {
     /// Only a fencing counter: a free lock that was once fenced (counters live for ever by
     /// design), not worth a line.
     fn only_counter(&self) -> bool {
-        self.roles.iter().all(|r| *r == Role::Token)
+        self.roles
+            .iter()
+            .all(|r| *r == Role::Derived(DerivedKey::Token))
     }
 }
 
@@ -189,7 +192,7 @@ impl Scanner<'_> {
                 }
                 let found = self.found.entry(name).or_default();
                 found.roles.insert(role);
-                if role == Role::Latch {
+                if role == Role::Derived(DerivedKey::Latch) {
                     found.latches.push(key);
                 } else {
                     found.keys.insert((key, role));
@@ -299,7 +302,11 @@ pub async fn run(session: &mut Session, opts: Options, json: bool) -> Result<(),
 async fn unusable(session: &mut Session, name: &str, f: &Found) -> Result<Snapshot, Failure> {
     let now = snapshot::server_time(&mut session.raw).await?;
     let mut keys_found: Vec<(String, Role)> = f.keys.iter().cloned().collect();
-    keys_found.extend(f.latches.iter().map(|k| (k.clone(), Role::Latch)));
+    keys_found.extend(
+        f.latches
+            .iter()
+            .map(|k| (k.clone(), Role::Derived(DerivedKey::Latch))),
+    );
     let orphans = keys_found
         .iter()
         .map(|(key, _)| Orphan {
@@ -390,21 +397,15 @@ fn render(r: &ScanReport) -> Vec<String> {
     lines.push(String::new());
     let s = &r.summary;
     lines.push(format!(
-        "{} locks ({} held, {} waiting, {} look dead), {} orphans; {} SCAN calls over {} {}, \
-         {} keys returned{}",
-        s.locks,
+        "{} ({} held, {} waiting, {} look dead), {}; {} over {}, {} returned{}",
+        output::count(s.locks, "lock"),
         s.held,
         s.waiters,
         s.dead_waiters,
-        s.orphans,
-        r.scan_calls,
-        r.nodes.len(),
-        if r.nodes.len() == 1 {
-            "master"
-        } else {
-            "masters"
-        },
-        r.keys_returned,
+        output::count(s.orphans, "orphan"),
+        output::count(r.scan_calls as usize, "SCAN call"),
+        output::count(r.nodes.len(), "master"),
+        output::count(r.keys_returned as usize, "key"),
         if r.truncated {
             " (stopped at --limit)"
         } else {

@@ -29,7 +29,9 @@ pub struct Snapshot {
     pub server_time_ms: i64,
     pub server_time: String,
     pub owners: Vec<OwnerView>,
-    /// PTTL of the owner hash as Redis reports it: -2 no such key, -1 no expiry.
+    /// PTTL of the owner hash: -1 no expiry; in JSON `null` when there is no such key (Redis's
+    /// -2).
+    #[serde(serialize_with = "crate::output::pttl_json")]
     pub pttl_ms: i64,
     pub expires_at_ms: Option<i64>,
     pub expires_at: Option<String>,
@@ -87,6 +89,7 @@ pub struct KeyView {
     pub role: &'static str,
     #[serde(rename = "type")]
     pub kind: String,
+    #[serde(serialize_with = "crate::output::pttl_json")]
     pub pttl_ms: i64,
 }
 
@@ -109,23 +112,12 @@ pub enum Latches {
     Known(Vec<(String, i64)>),
 }
 
-/// What kind of lock key a key is: the owner hash, or one of the derived keys the library names.
+/// What kind of lock key a key is: the owner hash, or one of the keys the library derives from
+/// the lock's name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
     Lock,
-    Queue,
-    Deadlines,
-    Liveness,
-    Grants,
-    Token,
-    Latch,
-    /// A read-write lock's writer-preferring queue and its companions.
-    RwQueue,
-    RwWriters,
-    RwLiveness,
-    RwSeq,
-    /// A read hold's lease key.
-    Lease,
+    Derived(DerivedKey),
 }
 
 impl Role {
@@ -133,17 +125,7 @@ impl Role {
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Lock => "lock",
-            Role::Queue => "queue",
-            Role::Deadlines => "deadlines",
-            Role::Liveness => "liveness",
-            Role::Grants => "grants",
-            Role::Token => "fencing",
-            Role::Latch => "latch",
-            Role::RwQueue => "rw_queue",
-            Role::RwWriters => "rw_writers",
-            Role::RwLiveness => "rw_liveness",
-            Role::RwSeq => "rw_seq",
-            Role::Lease => "lease",
+            Role::Derived(key) => key.label(),
         }
     }
 }
@@ -152,22 +134,7 @@ impl Role {
 /// for any other key.
 pub fn parse_derived(key: &str) -> Option<(String, Role)> {
     let (name, kind) = keys::parse_derived(key)?;
-    let role = match kind {
-        DerivedKey::Queue => Role::Queue,
-        DerivedKey::Deadlines => Role::Deadlines,
-        DerivedKey::Liveness => Role::Liveness,
-        DerivedKey::Grants => Role::Grants,
-        DerivedKey::Token => Role::Token,
-        DerivedKey::Latch => Role::Latch,
-        DerivedKey::RwQueue => Role::RwQueue,
-        DerivedKey::RwWriters => Role::RwWriters,
-        DerivedKey::RwLiveness => Role::RwLiveness,
-        DerivedKey::RwSeq => Role::RwSeq,
-        DerivedKey::ReadLease => Role::Lease,
-        // A key this version of the tool does not know.
-        _ => return None,
-    };
-    Some((name.to_owned(), role))
+    Some((name.to_owned(), Role::Derived(kind)))
 }
 
 /// The reason codes ([`DeadReason::code`]; the CLI's scripts return the same) in words.
@@ -184,12 +151,8 @@ pub fn reason_text(code: &str) -> &'static str {
 /// The type each role's key must have.
 fn expected_type(role: Role) -> &'static str {
     match role {
-        Role::Lock | Role::Grants => "hash",
-        Role::Queue => "list",
-        Role::Deadlines | Role::Liveness | Role::RwQueue | Role::RwWriters | Role::RwLiveness => {
-            "zset"
-        }
-        Role::Token | Role::Latch | Role::RwSeq | Role::Lease => "string",
+        Role::Lock => "hash",
+        Role::Derived(key) => key.value_type(),
     }
 }
 
@@ -202,20 +165,26 @@ pub async fn read(
     let keys = LockKeys::new(name);
     let roles = [
         (Role::Lock, keys.name().to_owned()),
-        (Role::Queue, keys.queue().to_owned()),
-        (Role::Deadlines, keys.deadlines().to_owned()),
-        (Role::Liveness, keys.liveness().to_owned()),
-        (Role::Grants, keys.grants().to_owned()),
-        (Role::Token, keys.token().to_owned()),
+        (Role::Derived(DerivedKey::Queue), keys.queue().to_owned()),
+        (
+            Role::Derived(DerivedKey::Deadlines),
+            keys.deadlines().to_owned(),
+        ),
+        (
+            Role::Derived(DerivedKey::Liveness),
+            keys.liveness().to_owned(),
+        ),
+        (Role::Derived(DerivedKey::Grants), keys.grants().to_owned()),
+        (Role::Derived(DerivedKey::Token), keys.token().to_owned()),
     ];
     let [rw_queue, rw_writers, rw_liveness, rw_seq] = keys.rw_queue_keys();
     let roles: Vec<(Role, String)> = roles
         .into_iter()
         .chain([
-            (Role::RwQueue, rw_queue),
-            (Role::RwWriters, rw_writers),
-            (Role::RwLiveness, rw_liveness),
-            (Role::RwSeq, rw_seq),
+            (Role::Derived(DerivedKey::RwQueue), rw_queue),
+            (Role::Derived(DerivedKey::RwWriters), rw_writers),
+            (Role::Derived(DerivedKey::RwLiveness), rw_liveness),
+            (Role::Derived(DerivedKey::RwSeq), rw_seq),
         ])
         .collect();
     let mut pipe = redis::pipe();
@@ -245,7 +214,7 @@ pub async fn read(
 
     let mut orphans = Vec::new();
     let mut fencing_token = None;
-    if type_of(Role::Token) == Some("string") {
+    if type_of(Role::Derived(DerivedKey::Token)) == Some("string") {
         let raw: Option<String> = session
             .raw
             .query(redis::cmd("GET").arg(keys.token()))
@@ -263,7 +232,7 @@ pub async fn read(
     }
     // Client ids known to be fairlock's: every member of the liveness set.
     let mut fairlock_clients = HashSet::new();
-    if type_of(Role::Liveness) == Some("zset") {
+    if type_of(Role::Derived(DerivedKey::Liveness)) == Some("zset") {
         let members: Vec<String> = session
             .raw
             .query(redis::cmd("ZRANGE").arg(keys.liveness()).arg(0).arg(9_999))
@@ -285,19 +254,24 @@ pub async fn read(
         None
     };
     let rw_roles = [
-        Role::RwQueue,
-        Role::RwWriters,
-        Role::RwLiveness,
-        Role::RwSeq,
+        Role::Derived(DerivedKey::RwQueue),
+        Role::Derived(DerivedKey::RwWriters),
+        Role::Derived(DerivedKey::RwLiveness),
+        Role::Derived(DerivedKey::RwSeq),
     ];
     let rw = mode.is_some() || rw_roles.into_iter().any(|r| type_of(r).is_some());
     if rw {
         return read_rw(session, name, &keys, present, mode, orphans, fencing_token).await;
     }
 
-    let all_usable = [Role::Lock, Role::Queue, Role::Deadlines, Role::Liveness]
-        .into_iter()
-        .all(usable);
+    let all_usable = [
+        Role::Lock,
+        Role::Derived(DerivedKey::Queue),
+        Role::Derived(DerivedKey::Deadlines),
+        Role::Derived(DerivedKey::Liveness),
+    ]
+    .into_iter()
+    .all(usable);
     let state = if all_usable {
         Some(session.lib.fair_lock(name).state().await?)
     } else {
@@ -339,7 +313,7 @@ pub async fn read(
         .map(|(i, w)| {
             let (client, holder) = keys::split_field(&w.field);
             // The library's rule, with what the tool knows beyond the snapshot: which clients
-            // are fairlock's (the same rule as `dead_reason` in cli/lua/cli_prologue.lua).
+            // are fairlock's (the same rule as `dead_reason` in lua/admin_prologue.lua).
             let reason = w
                 .dead_reason(at_epoch_ms(now), fairlock_clients.contains(client))
                 .map(DeadReason::code);
@@ -397,22 +371,24 @@ pub async fn read(
                 problem: "lock_without_ttl",
                 detail: "lock hash without TTL: it never expires".into(),
             }),
-            Role::Queue if !locked && !live_waiter => orphans.push(Orphan {
+            Role::Derived(DerivedKey::Queue) if !locked && !live_waiter => orphans.push(Orphan {
                 key: key.clone(),
                 problem: "queue_orphaned",
                 detail: "queue without a live owner or waiter".into(),
             }),
-            Role::Deadlines if !locked && !live_waiter => orphans.push(Orphan {
-                key: key.clone(),
-                problem: "deadlines_orphaned",
-                detail: "deadline set without a live owner or waiter".into(),
-            }),
-            Role::Liveness if *pttl == -1 => orphans.push(Orphan {
+            Role::Derived(DerivedKey::Deadlines) if !locked && !live_waiter => {
+                orphans.push(Orphan {
+                    key: key.clone(),
+                    problem: "deadlines_orphaned",
+                    detail: "deadline set without a live owner or waiter".into(),
+                })
+            }
+            Role::Derived(DerivedKey::Liveness) if *pttl == -1 => orphans.push(Orphan {
                 key: key.clone(),
                 problem: "liveness_without_ttl",
                 detail: "liveness set without TTL".into(),
             }),
-            Role::Grants if *pttl == -1 => orphans.push(Orphan {
+            Role::Derived(DerivedKey::Grants) if *pttl == -1 => orphans.push(Orphan {
                 key: key.clone(),
                 problem: "grants_without_ttl",
                 detail: "grant requests without TTL".into(),
@@ -436,16 +412,21 @@ pub async fn read(
         }
         key_views.push(KeyView {
             key,
-            role: Role::Latch.as_str(),
+            role: Role::Derived(DerivedKey::Latch).as_str(),
             kind: "string".into(),
             pttl_ms: pttl,
         });
     }
 
     let name_type = type_of(Role::Lock);
-    let fair = [Role::Queue, Role::Deadlines, Role::Liveness, Role::Grants]
-        .into_iter()
-        .any(|r| type_of(r).is_some());
+    let fair = [
+        Role::Derived(DerivedKey::Queue),
+        Role::Derived(DerivedKey::Deadlines),
+        Role::Derived(DerivedKey::Liveness),
+        Role::Derived(DerivedKey::Grants),
+    ]
+    .into_iter()
+    .any(|r| type_of(r).is_some());
     let kind = match name_type {
         Some(t) if t != "hash" => "other",
         _ if fair => "fair",
@@ -592,7 +573,7 @@ async fn read_rw(
                 if let Some(ttl) = ttl {
                     key_views.push(KeyView {
                         key: keys.lease_key(&r.field, k as u32 + 1),
-                        role: Role::Lease.as_str(),
+                        role: Role::Derived(DerivedKey::ReadLease).as_str(),
                         kind: "string".into(),
                         pttl_ms: *ttl,
                     });
@@ -606,7 +587,12 @@ async fn read_rw(
                     problem: "lock_without_ttl",
                     detail: "lock hash without TTL: it never expires".into(),
                 }),
-                Role::RwQueue | Role::RwWriters | Role::RwLiveness | Role::RwSeq if *pttl == -1 => {
+                Role::Derived(DerivedKey::RwQueue)
+                | Role::Derived(DerivedKey::RwWriters)
+                | Role::Derived(DerivedKey::RwLiveness)
+                | Role::Derived(DerivedKey::RwSeq)
+                    if *pttl == -1 =>
+                {
                     orphans.push(Orphan {
                         key: key.clone(),
                         problem: "rw_queue_without_ttl",

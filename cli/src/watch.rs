@@ -209,8 +209,10 @@ pub async fn run(
         first_message_ms: None,
         offset_ms: 0,
         events: 0,
+        seen_fair: false,
     };
-    let first = snapshot::read(session, name, Latches::Skip).await?;
+    let mut first = snapshot::read(session, name, Latches::Skip).await?;
+    watcher.keep_fair(&mut first);
     watcher.offset_ms = first.server_time_ms - local_ms();
     let start = snapshot_event(&first);
     listener.follow_head(&first).await;
@@ -289,11 +291,25 @@ struct Watcher {
     /// Server clock minus local clock, as of the last read.
     offset_ms: i64,
     events: u64,
+    /// A fair lock's queue keys were seen: the lock stays `fair` when they go away (a fair lock
+    /// held with nobody waiting has only its owner hash, which a read cannot tell from a plain
+    /// lock's).
+    seen_fair: bool,
 }
 
 impl Watcher {
+    /// Keeps a lock seen fair labelled `fair` once its queue keys are gone.
+    fn keep_fair(&mut self, snap: &mut Snapshot) {
+        match snap.kind {
+            "fair" => self.seen_fair = true,
+            "plain" if self.seen_fair => snap.kind = "fair",
+            _ => {}
+        }
+    }
+
     /// Compares a new read with the previous one; returns the events, in a fixed order.
-    fn observe(&mut self, cur: Snapshot) -> Vec<Event> {
+    fn observe(&mut self, mut cur: Snapshot) -> Vec<Event> {
+        self.keep_fair(&mut cur);
         self.offset_ms = cur.server_time_ms - local_ms();
         let Some(prev) = self.prev.take() else {
             let ev = snapshot_event(&cur);
@@ -385,7 +401,7 @@ fn snapshot_event(s: &Snapshot) -> Event {
     let mut ev = Event::new("snapshot", s.server_time_ms, &s.name, s.queue_length);
     ev.kind = Some(s.kind);
     ev.owners = Some(s.owners.clone());
-    ev.pttl_ms = Some(s.pttl_ms);
+    ev.pttl_ms = (s.pttl_ms != -2).then_some(s.pttl_ms);
     ev
 }
 
@@ -592,6 +608,7 @@ mod tests {
             first_message_ms: None,
             offset_ms: 0,
             events: 0,
+            seen_fair: false,
         };
         assert_eq!(
             w.observe(snap(1000, &[("a:1", 1)], &[]))[0].event,
@@ -615,6 +632,30 @@ mod tests {
         let kinds: Vec<_> = ev.iter().map(|e| e.event).collect();
         assert_eq!(kinds, ["released", "left"]);
         assert_eq!(ev[0].held_ms, Some(1400 - 1200));
+    }
+
+    /// A fair lock whose queue empties is still reported fair (it was relabelled `plain`).
+    #[test]
+    fn a_fair_lock_stays_fair_when_its_queue_empties() {
+        let mut w = Watcher {
+            name: "l".into(),
+            prev: None,
+            acquired_at: HashMap::new(),
+            last_release_ms: None,
+            first_message_ms: None,
+            offset_ms: 0,
+            events: 0,
+            seen_fair: false,
+        };
+        let mut plain = snap(1000, &[("a:1", 1)], &[]);
+        plain.kind = "plain";
+        w.observe(plain.clone());
+        assert_eq!(w.prev.as_ref().unwrap().kind, "plain", "never seen fair");
+        w.observe(snap(1100, &[("a:1", 1)], &["b:2"]));
+        let mut emptied = snap(1200, &[("b:2", 1)], &[]);
+        emptied.kind = "plain";
+        w.observe(emptied);
+        assert_eq!(w.prev.as_ref().unwrap().kind, "fair");
     }
 
     #[test]

@@ -349,6 +349,8 @@ async fn inspect_shows_fairlock_and_redisson_holders_and_waiters() {
     let run = cli(&["--url", &url, "--json", "inspect", "nothing-here"]).await;
     run.fails_with(1);
     assert_eq!(run.json()["kind"], "absent");
+    // Absent says so: no PTTL rather than Redis's -2.
+    assert!(run.json()["pttl_ms"].is_null(), "{:?}", run.json());
     // A key of another type is not a lock.
     let _: () = raw.set("a-string", "x").unwrap();
     let run = cli(&["--url", &url, "--json", "inspect", "a-string"]).await;
@@ -378,7 +380,7 @@ async fn scan_finds_every_lock_and_each_kind_of_orphan_in_paced_bounded_calls() 
     let ours = patient(&url).await;
 
     let g1 = ours.fair_lock("orders:1").lock().await.unwrap();
-    let g2 = ours.lock("orders:2").lock().await.unwrap();
+    let g2 = ours.non_fair_lock("orders:2").lock().await.unwrap();
     java_hold(&mut raw, "jobs:nightly", &java(7), None); // no TTL: an orphan
     java_queue(&mut raw, "stale", &java(8), -5_000); // a queue nobody will ever serve
     let _: () = raw
@@ -506,6 +508,13 @@ async fn scan_finds_every_lock_and_each_kind_of_orphan_in_paced_bounded_calls() 
     assert_eq!(report["truncated"], true);
     let run = cli(&["--url", &url, "scan", "nomatch*"]).await;
     assert!(run.ok().stdout.contains("no locks match"));
+    // Counts of one read in the singular.
+    let run = cli(&["--url", &url, "scan", "orders:1"]).await;
+    let text = &run.ok().stdout;
+    assert!(
+        text.contains("1 lock (") && text.contains(", 0 orphans;"),
+        "{text}"
+    );
 
     // Bad input.
     cli(&["--url", &url, "scan", "--count", "0"])
@@ -529,7 +538,7 @@ async fn force_unlock_and_purge_dead_wake_the_right_waiter() {
 
     // A plain lock held by the Redisson peer; our waiter listens on its release channel.
     java_hold(&mut raw, "plain", &java(3), Some(60_000));
-    let lock = ours.lock("plain");
+    let lock = ours.non_fair_lock("plain");
     let waiting = tokio::spawn(async move { lock.try_lock(Duration::from_secs(50), None).await });
     wait_until(Duration::from_secs(10), "our waiter subscribed", || {
         let (_, n): (String, i64) = redis::cmd("PUBSUB")
@@ -811,6 +820,7 @@ async fn watch_follows_acquisitions_releases_and_hand_overs() {
     });
     let (first, rx) = events.await.unwrap();
     assert_eq!(first["kind"], "absent");
+    assert!(first["pttl_ms"].is_null(), "{first}");
     assert_eq!(first["owners"].as_array().unwrap().len(), 0);
     assert_eq!(first["queue_length"], 0);
 

@@ -9,16 +9,25 @@
 //! failure ([`SentinelMaster`]).
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+#[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
+#[cfg(feature = "cluster")]
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, Pipeline, PushInfo, RedisFuture, Value};
-use tokio::sync::{mpsc, Notify};
+#[cfg(feature = "cluster")]
+use redis::PushInfo;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+#[cfg(feature = "cluster")]
+use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use uuid::Uuid;
 
 use std::sync::Arc;
 
-use crate::config::{Config, PubSubMode, Topology};
+#[cfg(feature = "cluster")]
+use crate::config::PubSubMode;
+use crate::config::{Config, Topology};
 use crate::conn::names::{self, KeepNames};
+#[cfg(feature = "sentinel")]
 use crate::conn::sentinel::SentinelMaster;
 use crate::error::{timed_out, Result};
 
@@ -31,6 +40,7 @@ pub(crate) enum Conn {
         /// failure that makes the manager reconnect.
         names: Arc<(KeepNames, Arc<Notify>)>,
     },
+    #[cfg(feature = "cluster")]
     Cluster {
         conn: ClusterConnection,
         /// Release messages use `SPUBLISH` / `SSUBSCRIBE`.
@@ -38,6 +48,7 @@ pub(crate) enum Conn {
         /// Keeps the node connections' names after reconnects while the client lives.
         _names: Arc<KeepNames>,
     },
+    #[cfg(feature = "sentinel")]
     Sentinel(SentinelMaster),
 }
 
@@ -45,13 +56,16 @@ impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Conn::Standalone { .. } => f.write_str("Conn::Standalone"),
+            #[cfg(feature = "cluster")]
             Conn::Cluster { sharded, .. } => write!(f, "Conn::Cluster {{ sharded: {sharded} }}"),
+            #[cfg(feature = "sentinel")]
             Conn::Sentinel(_) => f.write_str("Conn::Sentinel"),
         }
     }
 }
 
 /// Push messages (subscription traffic and disconnect notices) of a cluster connection.
+#[cfg(feature = "cluster")]
 pub(crate) type Pushes = mpsc::UnboundedReceiver<PushInfo>;
 
 /// What the subscriber opens its pub/sub connection on, per topology; made here beside the
@@ -61,6 +75,7 @@ pub(crate) enum PubSubLink {
     /// `redis::Client` is several times the size of the other variants.)
     Classic(Box<redis::Client>),
     /// The cluster's subscription-only RESP3 connection, and its push messages.
+    #[cfg(feature = "cluster")]
     Cluster {
         conn: ClusterConnection,
         /// Release messages use `SPUBLISH` / `SSUBSCRIBE`.
@@ -68,6 +83,7 @@ pub(crate) enum PubSubLink {
         pushes: Pushes,
     },
     /// A pub/sub connection to the master the sentinels name, moved when it moves.
+    #[cfg(feature = "sentinel")]
     Sentinel(SentinelMaster),
 }
 
@@ -77,6 +93,7 @@ pub(crate) enum PubSubLink {
 /// same call changes nothing (`engine/field.rs`); the bound only keeps one call within 3 command
 /// timeouts (the default, 16, would allow 17). Longer outages are ridden out by our own retry
 /// loops.
+#[cfg(feature = "cluster")]
 pub(crate) const CLUSTER_RETRIES: u32 = 2;
 
 impl Conn {
@@ -114,6 +131,7 @@ impl Conn {
                     PubSubLink::Classic(Box::new(client)),
                 ))
             }
+            #[cfg(feature = "cluster")]
             Topology::Cluster { seeds, pubsub } => {
                 let builder = || {
                     seeds
@@ -177,6 +195,7 @@ impl Conn {
                     },
                 ))
             }
+            #[cfg(feature = "sentinel")]
             Topology::Sentinel {
                 master_name,
                 sentinels,
@@ -199,6 +218,7 @@ impl Conn {
     /// The command that publishes a release message on this topology.
     pub(crate) fn publish_command(&self) -> &'static str {
         match self {
+            #[cfg(feature = "cluster")]
             Conn::Cluster { sharded: true, .. } => "SPUBLISH",
             _ => "PUBLISH",
         }
@@ -206,14 +226,20 @@ impl Conn {
 
     /// Whether lock names must keep all their keys in one slot.
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self, Conn::Cluster { .. })
+        #[cfg(feature = "cluster")]
+        return matches!(self, Conn::Cluster { .. });
+        #[cfg(not(feature = "cluster"))]
+        false
     }
 
     /// Runs a keyless command on the master that owns `slot` (cluster), or on the one server.
+    #[cfg_attr(not(feature = "cluster"), allow(unused_variables))]
     pub(crate) async fn on_master_of(&mut self, slot: u16, cmd: &Cmd) -> Result<Value> {
         match self {
             Conn::Standalone { manager: c, .. } => Ok(c.req_packed_command(cmd).await?),
+            #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => Ok(c.req_packed_command(cmd).await?),
+            #[cfg(feature = "cluster")]
             Conn::Cluster { conn, .. } => {
                 let route = redis::cluster_routing::Route::new(
                     slot,
@@ -233,6 +259,7 @@ impl Conn {
 /// Refuses `PubSubMode::Sharded` on a cluster whose servers report a major version below 7: they
 /// have no `SPUBLISH`, and a release script would fail on it after deleting the lock. (An
 /// unknown version, 0, is let through.)
+#[cfg(feature = "cluster")]
 fn require_sharded_pubsub(major: u32) -> Result<()> {
     if (1..7).contains(&major) {
         return Err(crate::error::Error::InvalidArgument {
@@ -247,6 +274,7 @@ fn require_sharded_pubsub(major: u32) -> Result<()> {
 }
 
 /// The major version of one cluster node (they are assumed to run the same release).
+#[cfg(feature = "cluster")]
 async fn server_major_version(conn: &mut ClusterConnection) -> Result<u32> {
     let info = conn
         .route_command(
@@ -282,7 +310,9 @@ impl Conn {
     fn send<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Standalone { manager: c, .. } => c.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
             Conn::Cluster { conn, .. } => conn.req_packed_command(cmd),
+            #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
@@ -295,7 +325,9 @@ impl Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Standalone { manager: c, .. } => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "cluster")]
             Conn::Cluster { conn, .. } => conn.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -364,7 +396,9 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Standalone { manager: c, .. } => c.get_db(),
+            #[cfg(feature = "cluster")]
             Conn::Cluster { conn, .. } => conn.get_db(),
+            #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => c.get_db(),
         }
     }

@@ -4,7 +4,10 @@
 
 mod command;
 pub(crate) mod names;
+#[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
 pub(crate) mod subscriber;
 
-pub(crate) use command::{Conn, PubSubLink, Pushes};
+#[cfg(feature = "cluster")]
+pub(crate) use command::Pushes;
+pub(crate) use command::{Conn, PubSubLink};

@@ -12,11 +12,16 @@
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
+#[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
+#[cfg(feature = "cluster")]
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
+#[cfg(feature = "cluster")]
 use redis::{PushInfo, PushKind};
 
-use tokio::sync::{mpsc, watch};
+#[cfg(feature = "cluster")]
+use tokio::sync::mpsc;
+use tokio::sync::watch;
 use uuid::Uuid;
 
 /// The name of a client's command connections.
@@ -41,6 +46,7 @@ pub(crate) async fn name_connection(conn: &mut impl ConnectionLike, name: &str) 
 }
 
 /// Names every node connection of a cluster connection.
+#[cfg(feature = "cluster")]
 pub(crate) async fn name_cluster(
     conn: &mut ClusterConnection,
     name: &str,
@@ -129,6 +135,7 @@ pub(crate) async fn keep_standalone_named(
 /// Forwards the subscription connection's push messages to the subscriber, and after each
 /// disconnection notice (a node connection that redis-rs reopens) names every node connection
 /// of both cluster connections again.
+#[cfg(feature = "cluster")]
 pub(crate) async fn keep_cluster_named(
     commands: ClusterConnection,
     subscriptions: ClusterConnection,

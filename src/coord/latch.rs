@@ -4,7 +4,7 @@
 //! * A count-down is applied once per call: `latch_count_down.lua` records the call's mark, and
 //!   a resend after a lost reply finds it.
 //! * A waiter never misses the opening: it reads the channel's message count before each look at
-//!   the count (`coord::wait_on`).
+//!   the count (`engine/wait.rs`).
 //! * On a cluster, a name whose channel would hash to another slot is refused before any I/O
 //!   (`keys::check_latch_name`).
 
@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::coord::{call_id, wait_on, Named};
+use super::common::{call_id, positive, Named};
 use crate::engine::inner::Inner;
+use crate::engine::wait::wait_on;
 use crate::error::{Error, Result};
 use crate::keys::{self, call_mark, count_down_channel};
 use crate::wire::{self, Marked};
@@ -79,7 +80,7 @@ impl CountDownLatch {
     /// Cancel safe: one atomic script; dropped, it either ran or did not.
     pub async fn try_set_count(&self, count: u64) -> Result<bool> {
         self.check()?;
-        let count = crate::coord::positive("count", count)?;
+        let count = positive("count", count)?;
         let mut conn = self.core.inner.conn.clone();
         wire::latch::set_count(&mut conn, &self.core.name, &self.core.channel, count).await
     }
@@ -173,6 +174,11 @@ impl CountDownLatch {
 
     async fn wait_until(&self, deadline: Option<Instant>) -> Result<bool> {
         self.check()?;
+        let call = crate::metrics::Call::start(
+            "latch",
+            &self.core.name,
+            self.core.inner.config.metrics_lock_names,
+        );
         let open = wait_on(
             &self.core.inner,
             &self.core.channel,
@@ -180,7 +186,8 @@ impl CountDownLatch {
             deadline,
             || async { Ok((self.count().await? == 0).then_some(()).into()) },
         )
-        .await?;
-        Ok(open.is_some())
+        .await;
+        call.end(&open);
+        Ok(open?.is_some())
     }
 }

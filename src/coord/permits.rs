@@ -20,10 +20,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::coord::{resend, wait_on, Look, Named};
+use super::common::{resend, Named};
 use crate::engine::inner::Inner;
 use crate::engine::permit::PermitLease;
 use crate::engine::validity::{validity_deadline, LostReason};
+use crate::engine::wait::{wait_on, Look};
 use crate::error::{Error, Result};
 use crate::keys::{self, permit_expiries, semaphore_channel};
 use crate::wire::{self, permits::PermitKeys};
@@ -249,14 +250,15 @@ impl ExpirableSemaphore {
                 ),
             ));
         }
-        let (lease_ms, watchdog) = match lease {
-            Some(d) => (crate::config::lease_ms("lease", d)?, false),
-            None => (
-                self.core.inner.config.watchdog_timeout.as_millis() as i64,
-                true,
-            ),
-        };
+        let lease = crate::lease::Lease::new(lease)?;
+        let lease_ms = lease.ttl_ms(self.core.inner.config.watchdog_timeout);
+        let watchdog = lease.is_watchdog();
         let untrusted = std::sync::atomic::AtomicU32::new(0);
+        let call = crate::metrics::Call::start(
+            "expirable_semaphore",
+            &self.core.name,
+            self.core.inner.config.metrics_lock_names,
+        );
         let taken = wait_on(
             &self.core.inner,
             &self.core.channel,
@@ -264,8 +266,9 @@ impl ExpirableSemaphore {
             deadline,
             || self.attempt(permits, lease_ms, &untrusted),
         )
-        .await?;
-        Ok(taken.map(|(ids, sent)| {
+        .await;
+        call.end(&taken);
+        Ok(taken?.map(|(ids, sent)| {
             let lease = Duration::from_millis(lease_ms as u64);
             let state = Arc::new(PermitLease::new(
                 self.core.name.clone(),
@@ -275,6 +278,7 @@ impl ExpirableSemaphore {
                 sent,
                 lease,
                 watchdog,
+                self.core.inner.config.metrics_lock_names,
             ));
             self.core.inner.permits_taken(&state);
             if watchdog {

@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::coord::{self, call_id, mark_ms, wait_on, Named};
+use super::common::{call_id, mark_ms, overflow_as_argument, Named};
 use crate::engine::inner::Inner;
+use crate::engine::wait::wait_on;
 use crate::error::{Error, Result};
 use crate::keys::{self, call_mark, semaphore_channel};
 use crate::wire::{self, Marked};
@@ -197,15 +198,22 @@ impl Semaphore {
         if permits == 0 {
             return Err(Error::invalid_argument("permits", "must be at least 1"));
         }
+        let inner = &self.core.inner;
+        let call = crate::metrics::Call::start(
+            "semaphore",
+            &self.core.name,
+            inner.config.metrics_lock_names,
+        );
         let taken = wait_on(
-            &self.core.inner,
+            inner,
             &self.core.channel,
             Some(permits.into()),
             deadline,
             || async { Ok(self.attempt(permits).await?.into()) },
         )
-        .await?;
-        Ok(taken.map(|mark| Permits {
+        .await;
+        call.end(&taken);
+        Ok(taken?.map(|mark| Permits {
             semaphore: self.clone(),
             permits,
             mark: Some(mark),
@@ -302,7 +310,7 @@ impl Semaphore {
         let now = self
             .release_marked(&mark, permits, Instant::now())
             .await
-            .map_err(|e| coord::overflow_as_argument("permits", e))?;
+            .map_err(|e| overflow_as_argument("permits", e))?;
         Ok(now.unwrap_or(0))
     }
 
@@ -350,7 +358,7 @@ impl Named {
                 Instant::now(),
             )
             .await
-            .map_err(|e| coord::overflow_as_argument("delta", e))?;
+            .map_err(|e| overflow_as_argument("delta", e))?;
         Ok(reply.1)
     }
 }

@@ -108,6 +108,11 @@ impl<O: LaneOwner> Turn<O> {
         }
     }
 
+    /// The lane's owner.
+    pub(crate) fn owner(&self) -> &O {
+        self.owner.as_ref().expect("a live turn has its owner")
+    }
+
     /// Reads or updates the lane's state.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut O::State) -> R) -> R {
         self.owner

@@ -9,19 +9,33 @@ use crate::config::Config;
 use crate::conn::subscriber::Subscriber;
 use crate::conn::Conn;
 use crate::engine::driver::{self, Work};
+use crate::engine::field::What;
 use crate::engine::inner::Inner;
 use crate::engine::lane::Lane;
-use crate::engine::release::{release_logged, What};
+use crate::engine::release::release_logged;
 use crate::engine::validity::LostReason;
 use crate::error::{Error, Result};
 use crate::util::join_all;
 
+/// With `tls-rustls-ring`: makes ring rustls's process-wide crypto provider unless the
+/// application installed one (rustls cannot choose by itself when the build has more than one,
+/// and would fail the first handshake).
+#[cfg(feature = "tls-rustls-ring")]
+fn install_ring() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Another thread may install one between the check and here: then that one is kept.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 /// Connects, starts the subscriber and the driver, and returns the state they share.
 pub(crate) async fn start(config: Config) -> Result<Arc<Inner>> {
     crate::metrics::describe();
+    #[cfg(feature = "tls-rustls-ring")]
+    install_ring();
     let id = Uuid::new_v4();
     let (conn, link) = Conn::connect(&config, id).await.map_err(|e| match e {
-        Error::Redis(e) => Error::authentication(e),
+        Error::Redis(e) => Error::authentication(e.into_redis_error()),
         other => other,
     })?;
     check_credentials(&mut conn.clone(), config.command_timeout).await?;
@@ -57,7 +71,7 @@ pub(crate) async fn shutdown(inner: &Inner) {
         match tokio::time::timeout(bound, Lane::enter(&held)).await {
             Ok(turn) => {
                 let _ = release_logged(&held, &turn, What::All).await;
-                turn.with(|a| held.holds_vanished(a, LostReason::Shutdown));
+                turn.holds_vanished(LostReason::Shutdown);
             }
             Err(_) => {
                 tracing::warn!(
@@ -99,7 +113,7 @@ pub(crate) async fn shutdown(inner: &Inner) {
 /// is left to the first real command, as before.
 async fn check_credentials(conn: &mut Conn, timeout: std::time::Duration) -> Result<()> {
     match crate::wire::server::ping(conn, timeout).await {
-        Err(Error::Redis(e)) => match Error::authentication(e) {
+        Err(Error::Redis(e)) => match Error::authentication(e.into_redis_error()) {
             refused @ Error::Authentication(_) => Err(refused),
             other => {
                 tracing::debug!(error = %crate::error::chain(&other), "PING after connecting failed");

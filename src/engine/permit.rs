@@ -28,11 +28,14 @@ pub(crate) struct PermitLease {
     lost: watch::Sender<Option<LostReason>>,
     failures: AtomicU8,
     ended: AtomicBool,
+    /// The semaphore's name goes on the loss metric (`Builder::metrics_lock_names`).
+    metrics_names: bool,
 }
 
 impl PermitLease {
     /// Permits `ids` of semaphore `name` (expiries in `expiries`), granted by a call sent at
     /// `sent` with `lease`; `watchdog`: renewed by the driver.
+    #[allow(clippy::too_many_arguments)] // each is one fact about the permits, named at the call
     pub(crate) fn new(
         name: Arc<str>,
         expiries: Arc<str>,
@@ -41,6 +44,7 @@ impl PermitLease {
         sent: Instant,
         lease: Duration,
         watchdog: bool,
+        metrics_names: bool,
     ) -> Self {
         PermitLease {
             name,
@@ -53,6 +57,7 @@ impl PermitLease {
             lost: watch::Sender::new(None),
             failures: AtomicU8::new(0),
             ended: AtomicBool::new(false),
+            metrics_names,
         }
     }
 
@@ -130,6 +135,12 @@ impl PermitLease {
         self.lost.send_if_modified(|r| {
             if r.is_none() {
                 tracing::warn!(name = %self.name, %reason, "permits lost");
+                crate::metrics::counting_lost(
+                    "expirable_semaphore",
+                    &self.name,
+                    self.metrics_names,
+                    reason.label(),
+                );
                 *r = Some(reason);
                 true
             } else {

@@ -55,18 +55,35 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to a standalone Redis at `url` (`redis://[user:password@]host:port[/db]`) with
-    /// every default. [`Builder::standalone`] takes anything redis-rs accepts as a connection
-    /// info, and [`Builder::standalone_client`] a [`redis::Client`] of yours.
+    /// Connects to a standalone Redis with every default: anything redis-rs accepts as a
+    /// connection info, such as a URL (`redis://[user:password@]host:port[/db]`, as `&str`,
+    /// `String` or `&String`) or a [`redis::ConnectionInfo`] (see [`ServerAddr`](crate::ServerAddr),
+    /// which also says how to pass one across redis-rs lines). [`from_redis`](Self::from_redis)
+    /// takes a [`redis::Client`] of yours.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the URL is malformed (before
-    /// any I/O); [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached.
+    /// any I/O); [`Error::Authentication`](crate::Error::Authentication) when the server refuses
+    /// the credentials; [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future before it completes leaves nothing running.
-    pub async fn connect(url: &str) -> Result<Client> {
-        Builder::new().standalone(url).build().await
+    pub async fn connect(info: impl crate::ServerAddr) -> Result<Client> {
+        Builder::new().standalone(info).build().await
+    }
+
+    /// Connects through a [`redis::Client`] you already built (your URL, credentials and TLS
+    /// settings), with every default; the same as
+    /// `Client::builder().standalone_client(client).build()`.
+    ///
+    /// # Errors
+    /// [`Error::Authentication`](crate::Error::Authentication) when the server refuses the
+    /// credentials; [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future before it completes leaves nothing running.
+    pub async fn from_redis(client: redis::Client) -> Result<Client> {
+        Builder::new().standalone_client(client).build().await
     }
 
     /// A builder for every setting.
@@ -102,8 +119,20 @@ impl Client {
     /// A non-fair lock handle on `name`, in Redisson's `RLock` layout. No I/O; an invalid name is
     /// reported by the first operation.
     #[must_use = "a lock handle does nothing until one of its methods is called"]
-    pub fn lock(&self, name: impl Into<String>) -> NonFairLock {
+    pub fn non_fair_lock(&self, name: impl Into<String>) -> NonFairLock {
         NonFairLock::new(self.inner.clone(), name.into())
+    }
+
+    /// The old name of [`non_fair_lock`](Self::non_fair_lock). It returns a handle, not a future
+    /// that takes the lock (`client.lock("x").await` does not compile): the new name says what
+    /// comes back.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `non_fair_lock`; it returns a handle, not a held lock"
+    )]
+    #[must_use = "a lock handle does nothing until one of its methods is called"]
+    pub fn lock(&self, name: impl Into<String>) -> NonFairLock {
+        self.non_fair_lock(name)
     }
 
     /// A read-write lock on `name`, in Redisson's `RReadWriteLock` layout (see
@@ -220,6 +249,22 @@ pub struct Health {
     pub round_trip: std::time::Duration,
     /// The state of the subscription connection.
     pub subscriber: SubscriberState,
+}
+
+// `ClientConfig` is a data type of `config/`; connecting is this layer's work.
+#[cfg(feature = "serde")]
+impl crate::config::ClientConfig {
+    /// Connects with these settings: [`builder`](Self::builder), then
+    /// [`Builder::build`](crate::Builder::build).
+    ///
+    /// # Errors
+    /// As [`builder`](Self::builder) and [`Builder::build`](crate::Builder::build).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future before it completes leaves nothing running.
+    pub async fn connect(&self) -> Result<crate::Client> {
+        self.builder()?.build().await
+    }
 }
 
 impl Builder {

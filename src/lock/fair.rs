@@ -127,125 +127,166 @@ impl FairLock {
         &self.0
     }
 
-    crate::lock::handle::lock_methods! {
-        /// The lock's name (also the Redis key of its owner hash).
-        fn name;
-        /// Makes every acquisition call through this handle (and through every handle given the
-        /// same [`Holder`](crate::Holder), in this client) one holder: they re-enter each other's
-        /// hold instead of waiting, wherever they run (one task, several tasks or threads). Mint
-        /// one with [`Client::holder`](crate::Client::holder); use
-        /// [`Holder::from_raw`](crate::Holder::from_raw) only for interop. Without a holder, every
-        /// call is its own holder.
-        ///
-        /// Calls of one holder on one lock reach Redis in the order they were made: whatever a
-        /// dropped guard or a dropped call of the holder left to the background (a release, a
-        /// give-up) arrives before the holder's next call.
-        fn with_holder;
-        /// Makes every acquisition through this handle (re-entries too) increment the lock's fencing
-        /// counter `redisson_lock_token:{NAME}` atomically with the grant; the guard's
-        /// [`fencing_token`](crate::LockGuard::fencing_token) is the new value. See the crate docs on
-        /// [fencing](crate#fencing-tokens) for how to use it at the protected resource.
-        fn fenced;
-        /// Waits as long as it takes, then holds the lock with the watchdog renewing it (every third
-        /// of the watchdog timeout, 30 s by default) until the guard is released or dropped.
-        ///
-        /// # Errors
-        /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis)
-        /// when Redis fails (the waiter leaves the queue), [`Error::Shutdown`](crate::Error::Shutdown).
-        /// Transient failures ([`Error::is_transient`](crate::Error::is_transient): a dropped
-        /// connection, a failover, a slot on the move) are retried with a backoff for as long as the
-        /// watchdog timeout (or the waiter liveness, if longer), counted from the call's first
-        /// failed attempt; an outage that outlasts it is returned as the last error. A waiting
-        /// call makes that attempt as soon as its client sees Redis fail (its pub/sub connection
-        /// drops, or a waiter heartbeat fails, every third of the waiter liveness), not at its
-        /// next timer, so with Redis gone the error comes about one watchdog timeout after the
-        /// outage began. An attempt whose reply was lost is checked before the next one,
-        /// so a grant made in the dark is taken up, never counted twice. If the call ends in an error
-        /// right after a lost reply, the same holder's next acquisition of the lock checks first and
-        /// takes such a grant up; without one, it expires with its lease.
-        ///
-        /// # Cancel safety
-        /// Cancel safe: dropping the future gives up its place in the queue (from the background, with
-        /// no I/O in `Drop`) and wakes the next waiter; if the lock was granted after the caller
-        /// stopped waiting, it is released again.
-        async fn lock;
-        /// Waits as long as it takes, then holds the lock for at most `lease` (never renewed).
-        ///
-        /// # Errors
-        /// As [`lock`](Self::lock); [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
-        /// lease under [`MIN_LEASE`](crate::MIN_LEASE) (3 ms) or longer than [`MAX_DURATION`](crate::MAX_DURATION).
-        ///
-        /// # Cancel safety
-        /// Cancel safe, as [`lock`](Self::lock).
-        async fn lock_with_lease;
-        /// Waits at most `wait` for the lock. `lease: None` holds it with the watchdog; `Some(lease)`
-        /// holds it for at most `lease`. Returns `Ok(None)` when `wait` ran out; the waiter then
-        /// leaves the queue in the background (waking the next waiter if the lock is free), before
-        /// the same holder's next call on this lock reaches Redis. A zero `wait` tries once
-        /// without joining the queue.
-        ///
-        /// Returns within `wait` plus one Redis round trip (bounded by the client's command timeout),
-        /// also while Redis is unreachable: then with the Redis error.
-        ///
-        /// # Errors
-        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a lease under
-        /// [`MIN_LEASE`](crate::MIN_LEASE) (3 ms: it would leave no validity), a lease longer than [`MAX_DURATION`](crate::MAX_DURATION) or a wait beyond `i64` milliseconds,
-        /// [`Error::InvalidName`](crate::Error::InvalidName),
-        /// [`Error::Redis`](crate::Error::Redis), [`Error::Shutdown`](crate::Error::Shutdown).
-        /// Transient failures are retried as in [`lock`](Self::lock), but only until `wait` runs out:
-        /// then the last Redis error is returned (one command timeout after `wait` at the latest).
-        ///
-        /// # Cancel safety
-        /// Cancel safe, as [`lock`](Self::lock).
-        async fn try_lock;
-        /// Takes the lock as [`lock`](Self::lock) does (no lease: the watchdog keeps it), runs
-        /// `work` while the lock is trusted, and releases it when the work is done: the work is
-        /// dropped the moment the lock is lost. Returns the work's output or why it stopped; see
-        /// [`LockGuard::run`](crate::LockGuard::run), which does the same with a guard taken any
-        /// other way (a lease, a bounded wait).
-        ///
-        /// ```no_run
-        /// # async fn demo(client: fairlock::Client) -> fairlock::Result<()> {
-        /// let rows = client
-        ///     .fair_lock("nightly-report")
-        ///     .run(async { /* work under the lock */ 42 })
-        ///     .await?;
-        /// # let _ = rows; Ok(()) }
-        /// ```
-        ///
-        /// # Errors
-        /// As [`lock`](Self::lock); [`Error::Lost`](crate::Error::Lost) when the lock was lost
-        /// before the work finished.
-        ///
-        /// # Cancel safety
-        /// Cancel safe: dropping the future while it waits gives up the wait, as
-        /// [`lock`](Self::lock); while the work runs, it drops the work and releases the lock in
-        /// the background.
-        async fn run;
-        /// Deletes the lock whoever holds it and wakes the next waiter. Returns whether it was held.
-        /// The former holder's guard learns it at its next renewal
-        /// ([`LostReason::Gone`](crate::LostReason::Gone)).
-        ///
-        /// # Cancel safety
-        /// The delete may or may not have happened when the future is dropped.
-        async fn force_unlock;
-        /// Whether anyone holds the lock.
-        ///
-        /// # Cancel safety
-        /// Cancel safe (a read).
-        async fn is_locked;
-        /// How many holds this handle's holder ([`with_holder`](Self::with_holder)) has on the lock;
-        /// for a handle without one, how many holds all holders of this client have (0 when they
-        /// hold none).
-        ///
-        /// # Cancel safety
-        /// Cancel safe (a read).
-        async fn hold_count;
-        /// A snapshot of the lock: owner field and hold count, TTL, and the waiter queue with each
-        /// waiter's deadline. Works whoever holds or waits, Java clients included.
-        ///
-        /// # Cancel safety
-        /// Cancel safe (a read).
-        async fn state;
+    /// The lock's name (also the Redis key of its owner hash).
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    /// Makes every acquisition call through this handle (and through every handle given the
+    /// same [`Holder`](crate::Holder), in this client) one holder: they re-enter each other's
+    /// hold instead of waiting, wherever they run (one task, several tasks or threads). Mint
+    /// one with [`Client::holder`](crate::Client::holder); use
+    /// [`Holder::from_raw`](crate::Holder::from_raw) only for interop. Without a holder, every
+    /// call is its own holder.
+    ///
+    /// Calls of one holder on one lock reach Redis in the order they were made: whatever a
+    /// dropped guard or a dropped call of the holder left to the background (a release, a
+    /// give-up) arrives before the holder's next call.
+    #[must_use = "with_holder() returns a new handle; the original is unchanged"]
+    pub fn with_holder(mut self, holder: crate::Holder) -> Self {
+        self.0.set_holder(holder);
+        self
+    }
+
+    /// Makes every acquisition through this handle (re-entries too) increment the lock's fencing
+    /// counter `redisson_lock_token:{NAME}` atomically with the grant; the guard's
+    /// [`fencing_token`](crate::LockGuard::fencing_token) is the new value. See the crate docs on
+    /// [fencing](crate#fencing-tokens) for how to use it at the protected resource.
+    #[must_use = "fenced() returns a new handle; the original is unchanged"]
+    pub fn fenced(mut self) -> Self {
+        self.0.set_fenced();
+        self
+    }
+
+    /// Waits as long as it takes, then holds the lock with the watchdog renewing it (every third
+    /// of the watchdog timeout, 30 s by default) until the guard is released or dropped.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis)
+    /// when Redis fails (the waiter leaves the queue), [`Error::Shutdown`](crate::Error::Shutdown).
+    /// Transient failures ([`Error::is_transient`](crate::Error::is_transient): a dropped
+    /// connection, a failover, a slot on the move) are retried with a backoff for as long as the
+    /// watchdog timeout (or the waiter liveness, if longer), counted from the call's first
+    /// failed attempt; an outage that outlasts it is returned as the last error. A waiting
+    /// call makes that attempt as soon as its client sees Redis fail (its pub/sub connection
+    /// drops, or a waiter heartbeat fails, every third of the waiter liveness), not at its
+    /// next timer, so with Redis gone the error comes about one watchdog timeout after the
+    /// outage began. An attempt whose reply was lost is checked before the next one,
+    /// so a grant made in the dark is taken up, never counted twice. If the call ends in an error
+    /// right after a lost reply, the same holder's next acquisition of the lock checks first and
+    /// takes such a grant up; without one, it expires with its lease.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future gives up its place in the queue (from the background, with
+    /// no I/O in `Drop`) and wakes the next waiter; if the lock was granted after the caller
+    /// stopped waiting, it is released again.
+    pub async fn lock(&self) -> crate::Result<crate::LockGuard> {
+        self.0.acquire_unbounded(None).await
+    }
+
+    /// Waits as long as it takes, then holds the lock for at most `lease` (never renewed).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock); [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
+    /// lease under [`MIN_LEASE`](crate::MIN_LEASE) (3 ms) or longer than [`MAX_DURATION`](crate::MAX_DURATION).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn lock_with_lease(
+        &self,
+        lease: std::time::Duration,
+    ) -> crate::Result<crate::LockGuard> {
+        self.0.acquire_unbounded(Some(lease)).await
+    }
+
+    /// Waits at most `wait` for the lock. `lease: None` holds it with the watchdog; `Some(lease)`
+    /// holds it for at most `lease`. Returns `Ok(None)` when `wait` ran out; the waiter then
+    /// leaves the queue in the background (waking the next waiter if the lock is free), before
+    /// the same holder's next call on this lock reaches Redis. A zero `wait` tries once
+    /// without joining the queue.
+    ///
+    /// Returns within `wait` plus one Redis round trip (bounded by the client's command timeout),
+    /// also while Redis is unreachable: then with the Redis error.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a lease under
+    /// [`MIN_LEASE`](crate::MIN_LEASE) (3 ms: it would leave no validity), a lease longer than [`MAX_DURATION`](crate::MAX_DURATION) or a wait beyond `i64` milliseconds,
+    /// [`Error::InvalidName`](crate::Error::InvalidName),
+    /// [`Error::Redis`](crate::Error::Redis), [`Error::Shutdown`](crate::Error::Shutdown).
+    /// Transient failures are retried as in [`lock`](Self::lock), but only until `wait` runs out:
+    /// then the last Redis error is returned (one command timeout after `wait` at the latest).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock(
+        &self,
+        wait: std::time::Duration,
+        lease: Option<std::time::Duration>,
+    ) -> crate::Result<Option<crate::LockGuard>> {
+        self.0.acquire(Some(wait), lease).await
+    }
+
+    /// Takes the lock as [`lock`](Self::lock) does (no lease: the watchdog keeps it), runs
+    /// `work` while the lock is trusted, and releases it when the work is done: the work is
+    /// dropped the moment the lock is lost. Returns the work's output or why it stopped; see
+    /// [`LockGuard::run`](crate::LockGuard::run), which does the same with a guard taken any
+    /// other way (a lease, a bounded wait).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fairlock::Client) -> fairlock::Result<()> {
+    /// let rows = client
+    ///     .fair_lock("nightly-report")
+    ///     .run(async { /* work under the lock */ 42 })
+    ///     .await?;
+    /// # let _ = rows; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock); [`Error::Lost`](crate::Error::Lost) when the lock was lost
+    /// before the work finished.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future while it waits gives up the wait, as
+    /// [`lock`](Self::lock); while the work runs, it drops the work and releases the lock in
+    /// the background.
+    pub async fn run<F: std::future::Future>(&self, work: F) -> crate::Result<F::Output> {
+        self.lock().await?.run(work).await
+    }
+
+    /// Deletes the lock whoever holds it and wakes the next waiter. Returns whether it was held.
+    /// The former holder's guard learns it at its next renewal
+    /// ([`LostReason::Gone`](crate::LostReason::Gone)).
+    ///
+    /// # Cancel safety
+    /// The delete may or may not have happened when the future is dropped.
+    pub async fn force_unlock(&self) -> crate::Result<bool> {
+        self.0.force_unlock().await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn is_locked(&self) -> crate::Result<bool> {
+        self.0.is_locked().await
+    }
+
+    /// How many holds this handle's holder ([`with_holder`](Self::with_holder)) has on the lock;
+    /// for a handle without one, how many holds all holders of this client have (0 when they
+    /// hold none).
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn hold_count(&self) -> crate::Result<u32> {
+        self.0.hold_count().await
+    }
+
+    /// A snapshot of the lock: owner field and hold count, TTL, and the waiter queue with each
+    /// waiter's deadline. Works whoever holds or waits, Java clients included.
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn state(&self) -> crate::Result<crate::LockState> {
+        self.0.state().await
     }
 }

@@ -1,35 +1,13 @@
-//! Holding a lock: the public [`LockGuard`], one hold on one lock, over the field state that
-//! every guard of one holder on one lock shares (`engine/field.rs`).
-//!
-//! A guard must never do I/O in `Drop`: it leaves the account of its field at once and takes its
-//! release's place in the field's line synchronously; the driver sends the release.
+//! Holding a lock: the public [`LockGuard`], one hold on one lock, and its [`LostSignal`]. Both
+//! are documented shells over the engine's hold (`engine/hold.rs`), which keeps the hold in its
+//! field's account and releases it.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::lease_ms;
-use crate::engine::driver::{Handoff, Work};
-use crate::engine::field::{FixedHold, Held};
-use crate::engine::lane::Lane;
-use crate::engine::release::{release_logged, What};
+use crate::engine::hold::{Hold, Signal};
 use crate::engine::validity::LostReason;
 use crate::error::{Error, Result};
 use crate::lock::holder::Holder;
-use crate::wire::Unlocked;
-
-/// What kind of lease a hold has: renewed by the watchdog while the guard lives, or fixed, with
-/// the id of the guard's entry in the field's account (one word either way).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Lease(Option<std::num::NonZeroU64>);
-
-impl Lease {
-    pub(crate) const WATCHDOG: Lease = Lease(None);
-
-    /// A fixed lease whose account entry has `id` (ids start at 1).
-    pub(crate) fn fixed(id: u64) -> Lease {
-        Lease(std::num::NonZeroU64::new(id))
-    }
-}
 
 /// Proof of one hold on a lock. Dropping it releases that hold in the background; [`unlock`]
 /// releases it and reports the outcome.
@@ -51,55 +29,24 @@ impl Lease {
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    pub(super) held: Arc<Held>,
-    /// The generation of the field's holds this hold belongs to.
-    gen: u64,
-    /// The field's loss epoch when the hold was taken.
-    epoch: u64,
-    lease: Lease,
-    pub(super) token: Option<u64>,
-    armed: bool,
-    /// Told when this guard ends, for the [`LostSignal`]s handed out (made on first use).
-    ended: std::sync::OnceLock<Arc<Ended>>,
-    /// When the hold was granted (for the hold-time metric).
-    #[cfg(feature = "metrics")]
-    acquired_at: Instant,
+    hold: Hold,
 }
 
 impl LockGuard {
-    pub(crate) fn new(
-        held: Arc<Held>,
-        gen: u64,
-        epoch: u64,
-        lease: Lease,
-        token: Option<u64>,
-    ) -> Self {
-        LockGuard {
-            held,
-            gen,
-            epoch,
-            lease,
-            token,
-            armed: true,
-            ended: std::sync::OnceLock::new(),
-            #[cfg(feature = "metrics")]
-            acquired_at: Instant::now(),
-        }
+    pub(crate) fn new(hold: Hold) -> Self {
+        LockGuard { hold }
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        self.held.name()
+        self.hold.name()
     }
 
     /// The owner field this hold is recorded under in Redis: `<client uuid>:<holder id>`, and
     /// for the write side of a read-write lock `<client uuid>:<holder id>:write` (Redisson's
     /// layout: a writer's field carries the `:write` suffix, a reader's does not).
     pub fn owner_field(&self) -> &str {
-        // Whoever has it can tell this holder from others: its id is never reused for another
-        // call (see `Inner::reuse_holder`).
-        self.held.expose();
-        &self.held.field
+        self.hold.owner_field()
     }
 
     /// The holder this hold belongs to (the second half of [`owner_field`](Self::owner_field)).
@@ -107,27 +54,19 @@ impl LockGuard {
     /// [`NonFairLock::with_holder`](crate::NonFairLock::with_holder)) to let other calls, in this task or
     /// others, share this hold.
     pub fn holder(&self) -> Holder {
-        // Whoever has it may act as this holder later: its id is never reused for another call.
-        self.held.expose();
-        Holder::from_field_id(self.held.holder_id())
+        Holder::from_field_id(self.hold.holder_id())
     }
 
     /// How many holds this guard's holder has on the lock in this client: the live guards of
     /// its owner field (this one included), or 0 once the holds are known gone from Redis. No
     /// I/O.
     pub fn hold_count(&self) -> u32 {
-        self.held.lane.with(|a| {
-            if a.gen == self.gen {
-                a.watchdog_guards + a.fixed.len() as u32
-            } else {
-                0
-            }
-        })
+        self.hold.count()
     }
 
     /// The fencing token of this acquisition, when the handle was [`fenced`](crate::FairLock::fenced).
     pub fn fencing_token(&self) -> Option<u64> {
-        self.token
+        self.hold.token()
     }
 
     /// The local validity deadline, on this process's monotonic clock: the send time of the last
@@ -138,12 +77,12 @@ impl LockGuard {
     /// then (or the moment the loss was found, if earlier). Work that must finish under the lock
     /// can be bounded by it.
     pub fn valid_until(&self) -> Instant {
-        self.held.valid_until_since(self.epoch)
+        self.hold.valid_until()
     }
 
     /// Whether the lock is known to be lost (cheap, no I/O). See [`lost`](Self::lost).
     pub fn is_lost(&self) -> bool {
-        self.held.lost_since(self.epoch).is_some()
+        self.hold.is_lost()
     }
 
     /// Resolves once the lock can no longer be trusted, with the reason: a renewal found it gone,
@@ -155,7 +94,7 @@ impl LockGuard {
     /// # Cancel safety
     /// Cancel safe: dropping the future changes nothing, and awaiting again later still resolves.
     pub async fn lost(&self) -> LostReason {
-        wait_lost(&self.held, self.epoch, None).await
+        self.hold.lost().await
     }
 
     /// An owned, cheap, cloneable signal of this hold's end, for spawned subtasks that cannot
@@ -179,11 +118,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn lost_signal(&self) -> LostSignal {
-        LostSignal {
-            held: self.held.clone(),
-            epoch: self.epoch,
-            ended: self.ended.get_or_init(Default::default).clone(),
-        }
+        LostSignal(self.hold.signal())
     }
 
     /// Runs `work` while this hold is trusted: the work future is dropped the moment the lock is
@@ -266,67 +201,7 @@ impl LockGuard {
     /// Cancel safe: dropping the future leaves the hold with the lease it had locally (Redis may
     /// have extended it already, which only keeps the lock longer).
     pub async fn extend(&self, lease: Duration) -> Result<()> {
-        let ttl_ms = lease_ms("lease", lease)?;
-        let Some(id) = self.lease.0 else {
-            return Err(Error::invalid_argument(
-                "extend",
-                "this hold is renewed by the watchdog; only holds taken with a lease are extended",
-            ));
-        };
-        self.held.inner.check_open()?;
-        if self.is_lost() {
-            return Err(Error::NotHeld);
-        }
-        // In the field's line, like every operation that changes what Redis holds for it.
-        let turn = Lane::enter(&self.held).await;
-        if turn.with(|a| a.gen != self.gen) || self.is_lost() {
-            return Err(Error::NotHeld);
-        }
-        let mut conn = self.held.inner.conn.clone();
-        let sent = Instant::now();
-        let still_held =
-            crate::wire::extend(&mut conn, &self.held.spec, &self.held.field, ttl_ms).await?;
-        turn.with(|a| {
-            if a.gen != self.gen {
-                return;
-            }
-            if !still_held {
-                self.held.emptied(a, LostReason::Gone);
-                return;
-            }
-            // A deadline that passed before the extension is marked lost first.
-            self.held.revalidate(a);
-            if let Some(hold) = a.fixed.iter_mut().find(|h| h.id == id.get()) {
-                let extended = FixedHold::new(hold.id, sent, lease);
-                if extended.end > hold.end {
-                    *hold = extended;
-                }
-            }
-            self.held.revalidate(a);
-        });
-        drop(turn);
-        // The driver's timer for the validity deadline follows the new one.
-        self.held.inner.driver.send_lazy(Work::Acquired {
-            held: self.held.clone(),
-            watchdog: false,
-            confirm: None,
-        });
-        if !still_held || self.is_lost() {
-            return Err(Error::NotHeld);
-        }
-        Ok(())
-    }
-
-    /// Tells the lost signals that this guard ends (before its holds are released or its loss
-    /// is forgotten), with the loss if there was one.
-    fn end_signals(&self) {
-        if let Some(ended) = self.ended.get() {
-            let reason = self
-                .held
-                .lost_since(self.epoch)
-                .unwrap_or(LostReason::Released);
-            ended.end(reason);
-        }
+        self.hold.extend(lease).await
     }
 
     /// Releases this hold and reports the outcome.
@@ -352,138 +227,35 @@ impl LockGuard {
     /// background task finishes it, so the hold is still released exactly once; only the outcome
     /// is lost. The release keeps its place in the lock's order either way: a later call of the
     /// same holder on the same lock reaches Redis after it.
-    pub async fn unlock(mut self) -> Result<()> {
-        self.armed = false;
-        self.end_signals();
-        let known_lost = self.held.lost_since(self.epoch);
-        if !self.detach() {
-            // The holds of its generation are gone from Redis already.
-            return Err(Error::NotHeld);
-        }
-        let entry = Lane::reserve(&self.held);
-        let held = self.held.clone();
-        let gen = self.gen;
-        let release = Handoff::new(&held.inner.driver.clone(), async move {
-            let turn = entry.turn().await;
-            release_logged(&held, &turn, What::Guard { gen }).await
-        });
-        let outcome = release.run().await?;
-        match (known_lost, outcome) {
-            (Some(_), _) => Err(Error::NotHeld),
-            (None, Unlocked::Released | Unlocked::StillHeld) => Ok(()),
-            (None, Unlocked::Expired | Unlocked::NotOwner) => Err(Error::NotHeld),
-        }
+    pub async fn unlock(self) -> Result<()> {
+        self.hold.unlock().await
     }
 
-    /// Leaves the field's account (the hold no longer counts for TTLs, validity or the watchdog).
-    /// Returns whether the hold is still of the current generation, i.e. whether a release must
-    /// be sent for it.
-    fn detach(&self) -> bool {
-        let held = &self.held;
-        #[cfg(feature = "metrics")]
-        crate::metrics::held(
-            &held.spec,
-            held.inner.config.metrics_lock_names,
-            self.acquired_at.elapsed(),
-        );
-        held.lane.with(|a| {
-            if a.gen != self.gen {
-                return false;
-            }
-            // A deadline that passed while this hold was live is marked (and reported) first.
-            held.revalidate(a);
-            match self.lease.0 {
-                None => {
-                    a.watchdog_guards = a.watchdog_guards.saturating_sub(1);
-                    if a.watchdog_guards == 0 {
-                        // The next watchdog hold earns its own validity.
-                        a.watchdog_valid = None;
-                    }
-                }
-                Some(id) => a.fixed.retain(|h| h.id != id.get()),
-            }
-            a.pending_releases += 1;
-            held.revalidate(a);
-            true
-        })
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        self.end_signals();
-        self.held.guard_gone(self.epoch);
-        if !self.armed || !self.detach() {
-            return;
-        }
-        // No I/O in Drop: the release takes its place in the field's line now, and the driver
-        // sends it when its turn comes.
-        let held = self.held.clone();
-        let gen = self.gen;
-        Lane::enter_background(&self.held, move |turn| {
-            let driver = held.inner.driver.clone();
-            driver.send(Work::Finish(Box::pin(async move {
-                let _ = release_logged(&held, &turn, What::Guard { gen }).await;
-            })));
-        });
-    }
-}
-
-/// How a guard ended, for its [`LostSignal`]s.
-#[derive(Debug, Default)]
-pub(crate) struct Ended {
-    reason: std::sync::Mutex<Option<LostReason>>,
-    notify: tokio::sync::Notify,
-}
-
-impl Ended {
-    fn end(&self, reason: LostReason) {
-        let mut slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.is_none() {
-            *slot = Some(reason);
-            drop(slot);
-            self.notify.notify_waiters();
-        }
-    }
-
-    fn get(&self) -> Option<LostReason> {
-        *self.reason.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Until the lock of a guard made at `epoch` on `held` can no longer be trusted, or (with
-/// `ended`) until that guard ends.
-async fn wait_lost(held: &Held, epoch: u64, ended: Option<&Ended>) -> LostReason {
-    loop {
-        let changed = held.changed();
-        tokio::pin!(changed);
-        // Registered before the checks, so a loss, a new deadline or the guard's end after them
-        // cannot be missed.
-        changed.as_mut().enable();
-        let never = tokio::sync::Notify::new();
-        let finished = ended.map_or(&never, |e| &e.notify).notified();
-        tokio::pin!(finished);
-        finished.as_mut().enable();
-        if let Some(reason) = ended.and_then(Ended::get) {
-            return reason;
-        }
-        if let Some(reason) = held.lost_since(epoch) {
-            return reason;
-        }
-        match held.valid_until() {
-            Some(deadline) => {
-                tokio::select! {
-                    _ = &mut changed => {}
-                    _ = &mut finished => {}
-                    _ = tokio::time::sleep_until(deadline.into()) => {}
-                }
-            }
-            None => {
-                tokio::select! {
-                    _ = &mut changed => {}
-                    _ = &mut finished => {}
-                }
-            }
+    /// Takes one more hold on this guard's lock for the same holder (re-entry): at once, without
+    /// waiting or queueing, because the holder holds it. The new guard is a hold of its own (the
+    /// count in Redis goes up by one, as Redisson's reentrant count) with its own lease: `None`
+    /// for the watchdog, `Some(lease)` for a fixed one; the lock lives as long as the longest
+    /// live hold needs it. A fenced guard's re-entry is fenced too (a new token).
+    ///
+    /// This is the way to re-enter from code that holds a guard; calls that do not have one can
+    /// share a hold through [`holder`](Self::holder) and `with_holder`.
+    ///
+    /// If the holds were taken away without the client knowing yet (a force unlock not yet seen
+    /// by a renewal) and the lock is free, the call takes it afresh: the new guard is a valid
+    /// hold of its own, and this guard is then reported [lost](Self::lost).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the guard is known [lost](Self::lost) or the lock turns out to be
+    /// held by somebody else; [`Error::InvalidArgument`] for a lease under [`MIN_LEASE`](crate::MIN_LEASE); [`Error::Redis`],
+    /// [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped while its attempt is in flight, a hold granted
+    /// too late is given back in the background, in the holder's order.
+    pub async fn reenter(&self, lease: Option<Duration>) -> Result<LockGuard> {
+        match crate::engine::acquire::reenter(&self.hold, lease).await? {
+            Some(hold) => Ok(LockGuard::new(hold)),
+            None => Err(Error::NotHeld),
         }
     }
 }
@@ -491,11 +263,7 @@ async fn wait_lost(held: &Held, epoch: u64, ended: Option<&Ended>) -> LostReason
 /// An owned signal of one guard's end: see [`LockGuard::lost_signal`]. Cheap to clone; every
 /// clone sees the same end. It keeps the guard's client alive, not the hold.
 #[derive(Debug, Clone)]
-pub struct LostSignal {
-    held: Arc<Held>,
-    epoch: u64,
-    ended: Arc<Ended>,
-}
+pub struct LostSignal(Signal);
 
 impl LostSignal {
     /// Resolves once the lock of the guard can no longer be trusted (with the reason
@@ -505,11 +273,32 @@ impl LostSignal {
     /// # Cancel safety
     /// Cancel safe: dropping the future changes nothing, and awaiting again later still resolves.
     pub async fn lost(&self) -> LostReason {
-        wait_lost(&self.held, self.epoch, Some(&self.ended)).await
+        self.0.lost().await
     }
 
     /// Whether [`lost`](Self::lost) would resolve now (no I/O).
     pub fn is_lost(&self) -> bool {
-        self.ended.get().is_some() || self.held.lost_since(self.epoch).is_some()
+        self.0.is_lost()
+    }
+}
+
+/// `signal.await` is `signal.lost().await`, for an owned signal moved into a task.
+///
+/// ```no_run
+/// # async fn demo(client: fairlock::Client) -> fairlock::Result<()> {
+/// let guard = client.fair_lock("reports").lock().await?;
+/// let signal = guard.lost_signal();
+/// tokio::spawn(async move {
+///     let reason = signal.await;
+///     tracing::warn!(%reason, "stop: the lock is gone or released");
+/// });
+/// # Ok(()) }
+/// ```
+impl std::future::IntoFuture for LostSignal {
+    type Output = LostReason;
+    type IntoFuture = std::pin::Pin<Box<dyn std::future::Future<Output = LostReason> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.lost().await })
     }
 }

@@ -12,11 +12,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::acquire::{acquire, Request};
 use crate::engine::inner::Inner;
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::keys::{Kind, LockSpec};
-use crate::lock::acquire::{acquire, Request};
 use crate::lock::guard::LockGuard;
 use crate::lock::holder::Holder;
 use crate::state::LockState;
@@ -109,7 +109,7 @@ impl Handle {
             lease,
             fenced: self.fenced,
         };
-        acquire(&self.inner, spec, req).await
+        Ok(acquire(&self.inner, spec, req).await?.map(LockGuard::new))
     }
 
     pub(crate) async fn acquire_unbounded(&self, lease: Option<Duration>) -> Result<LockGuard> {
@@ -128,19 +128,7 @@ impl Handle {
     pub(crate) async fn is_locked(&self) -> Result<bool> {
         let spec = self.spec()?;
         let mut conn = self.inner.conn.clone();
-        match spec.kind {
-            Kind::Fair | Kind::NonFair => wire::exists(&mut conn, spec.name()).await,
-            // Redisson's `isLocked` of each side of an `RReadWriteLock`.
-            Kind::Read | Kind::Write => {
-                let (mode, fields) = wire::rw_mode(&mut conn, spec.name()).await?;
-                Ok(match (spec.kind, mode.as_deref()) {
-                    (Kind::Read, Some("read")) => true,
-                    (Kind::Read, Some("write")) => fields > 2,
-                    (Kind::Write, Some("write")) => true,
-                    _ => false,
-                })
-            }
-        }
+        wire::is_locked(&mut conn, spec).await
     }
 
     pub(crate) async fn rw_state(&self) -> Result<crate::state::RwLockState> {
@@ -160,29 +148,11 @@ impl Handle {
     pub(crate) async fn hold_count(&self) -> Result<u32> {
         let spec = self.spec()?;
         let mut conn = self.inner.conn.clone();
-        let count: i64 = match self.holder {
-            Some(holder) => {
-                let field = spec.owner_field(self.inner.field(holder.id()));
-                wire::field_count(&mut conn, spec.name(), &field).await?
-            }
-            None => {
-                // Every holder of this client: the fields that start with its UUID.
-                let fields = wire::fields(&mut conn, spec.name()).await?;
-                let prefix = format!("{}:", self.inner.uuid);
-                fields
-                    .iter()
-                    .filter(|(field, _)| field.starts_with(&prefix))
-                    // The sides of a read-write lock count their own fields only.
-                    .filter(|(field, _)| match spec.kind {
-                        Kind::Read => !field.ends_with(":write"),
-                        Kind::Write => field.ends_with(":write"),
-                        Kind::Fair | Kind::NonFair => true,
-                    })
-                    .filter_map(|(_, count)| count.parse::<i64>().ok())
-                    .sum()
-            }
-        };
-        Ok(count.clamp(0, u32::MAX as i64) as u32)
+        let field = self
+            .holder
+            .map(|holder| spec.owner_field(self.inner.field(holder.id())));
+        let prefix = format!("{}:", self.inner.uuid);
+        wire::hold_count(&mut conn, spec, field.as_deref(), &prefix).await
     }
 
     pub(crate) async fn state(&self) -> Result<LockState> {
@@ -191,91 +161,3 @@ impl Handle {
         Ok(LockState::from_raw(wire::state(&mut conn, spec).await?))
     }
 }
-
-/// Defines the public methods [`FairLock`](crate::FairLock) and [`NonFairLock`](crate::NonFairLock) share, each
-/// a one-line delegation to the type's [`Handle`] (`self.0`). Every type passes its own
-/// documentation for every method, so each keeps the docs of its own semantics; only the bodies
-/// (and the `#[must_use]` of the builder-style setters) are written once, here.
-macro_rules! lock_methods {
-    (
-        $(#[$name:meta])* fn name;
-        $(#[$holder:meta])* fn with_holder;
-        $(#[$fenced:meta])* fn fenced;
-        $(#[$lock:meta])* async fn lock;
-        $(#[$lease:meta])* async fn lock_with_lease;
-        $(#[$try_lock:meta])* async fn try_lock;
-        $(#[$run:meta])* async fn run;
-        $(#[$force:meta])* async fn force_unlock;
-        $(#[$locked:meta])* async fn is_locked;
-        $(#[$count:meta])* async fn hold_count;
-        $(#[$state:meta])* async fn state;
-    ) => {
-        $(#[$name])*
-        pub fn name(&self) -> &str {
-            self.0.name()
-        }
-
-        $(#[$holder])*
-        #[must_use = "with_holder() returns a new handle; the original is unchanged"]
-        pub fn with_holder(mut self, holder: $crate::Holder) -> Self {
-            self.0.set_holder(holder);
-            self
-        }
-
-        $(#[$fenced])*
-        #[must_use = "fenced() returns a new handle; the original is unchanged"]
-        pub fn fenced(mut self) -> Self {
-            self.0.set_fenced();
-            self
-        }
-
-        $(#[$lock])*
-        pub async fn lock(&self) -> $crate::Result<$crate::LockGuard> {
-            self.0.acquire_unbounded(None).await
-        }
-
-        $(#[$lease])*
-        pub async fn lock_with_lease(
-            &self,
-            lease: std::time::Duration,
-        ) -> $crate::Result<$crate::LockGuard> {
-            self.0.acquire_unbounded(Some(lease)).await
-        }
-
-        $(#[$try_lock])*
-        pub async fn try_lock(
-            &self,
-            wait: std::time::Duration,
-            lease: Option<std::time::Duration>,
-        ) -> $crate::Result<Option<$crate::LockGuard>> {
-            self.0.acquire(Some(wait), lease).await
-        }
-
-        $(#[$run])*
-        pub async fn run<F: std::future::Future>(&self, work: F) -> $crate::Result<F::Output> {
-            self.lock().await?.run(work).await
-        }
-
-        $(#[$force])*
-        pub async fn force_unlock(&self) -> $crate::Result<bool> {
-            self.0.force_unlock().await
-        }
-
-        $(#[$locked])*
-        pub async fn is_locked(&self) -> $crate::Result<bool> {
-            self.0.is_locked().await
-        }
-
-        $(#[$count])*
-        pub async fn hold_count(&self) -> $crate::Result<u32> {
-            self.0.hold_count().await
-        }
-
-        $(#[$state])*
-        pub async fn state(&self) -> $crate::Result<$crate::LockState> {
-            self.0.state().await
-        }
-    };
-}
-
-pub(crate) use lock_methods;

@@ -3,7 +3,6 @@
 //! a caller's view; the state a client keeps per lock and owner field, and its background task,
 //! are in `engine/`.
 
-pub(crate) mod acquire;
 pub(crate) mod client;
 pub(crate) mod fair;
 pub(crate) mod guard;

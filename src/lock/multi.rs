@@ -232,9 +232,7 @@ impl MultiLock {
         lease: Option<Duration>,
     ) -> Result<Option<MultiGuard>> {
         self.check()?;
-        if let Some(lease) = lease {
-            crate::config::lease_ms("lease", lease)?;
-        }
+        crate::lease::Lease::new(lease)?;
         let mut rounds: u32 = 0;
         loop {
             let mut guards = Vec::with_capacity(self.members.len());

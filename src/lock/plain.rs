@@ -29,7 +29,7 @@ use crate::lock::handle::Handle;
 /// # async fn demo() -> fairlock::Result<()> {
 /// use std::time::Duration;
 /// let client = fairlock::Client::connect("redis://127.0.0.1:6379").await?;
-/// let lock = client.lock("inventory:7");
+/// let lock = client.non_fair_lock("inventory:7");
 /// if let Some(guard) = lock.try_lock(Duration::from_millis(200), None).await? {
 ///     // ...
 ///     guard.unlock().await?;
@@ -56,91 +56,132 @@ impl NonFairLock {
         &self.0
     }
 
-    crate::lock::handle::lock_methods! {
-        /// The lock's name (also the Redis key of its owner hash).
-        fn name;
-        /// Makes every acquisition call through this handle one holder, so they re-enter rather than
-        /// exclude each other (see [`FairLock::with_holder`](crate::FairLock::with_holder)).
-        fn with_holder;
-        /// Hands out a fencing token with every acquisition (see
-        /// [`FairLock::fenced`](crate::FairLock::fenced)).
-        fn fenced;
-        /// Waits as long as it takes, then holds the lock with the watchdog renewing it.
-        ///
-        /// # Errors
-        /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis),
-        /// [`Error::Shutdown`](crate::Error::Shutdown). Transient failures are retried as
-        /// [`FairLock::lock`](crate::FairLock::lock) describes.
-        ///
-        /// # Cancel safety
-        /// Cancel safe: dropping the future stops waiting without swallowing a wake-up meant for
-        /// another local waiter; if the lock was granted after the caller stopped waiting, it is
-        /// released again.
-        async fn lock;
-        /// Waits as long as it takes, then holds the lock for at most `lease` (never renewed).
-        ///
-        /// # Errors
-        /// As [`lock`](Self::lock), plus [`Error::InvalidArgument`](crate::Error::InvalidArgument)
-        /// for a lease under [`MIN_LEASE`](crate::MIN_LEASE) (3 ms) or longer than [`MAX_DURATION`](crate::MAX_DURATION).
-        ///
-        /// # Cancel safety
-        /// Cancel safe, as [`lock`](Self::lock).
-        async fn lock_with_lease;
-        /// Waits at most `wait`; `lease: None` uses the watchdog. `Ok(None)` when `wait` ran out.
-        /// Returns within `wait` plus one round trip (bounded by the command timeout).
-        ///
-        /// # Errors
-        /// As [`lock_with_lease`](Self::lock_with_lease); transient failures are retried only until
-        /// `wait` runs out.
-        ///
-        /// # Cancel safety
-        /// Cancel safe, as [`lock`](Self::lock).
-        async fn try_lock;
-        /// Takes the lock as [`lock`](Self::lock) does (no lease: the watchdog keeps it), runs
-        /// `work` while the lock is trusted, and releases it when the work is done: the work is
-        /// dropped the moment the lock is lost. Returns the work's output or why it stopped; see
-        /// [`LockGuard::run`](crate::LockGuard::run), which does the same with a guard taken any
-        /// other way (a lease, a bounded wait).
-        ///
-        /// ```no_run
-        /// # async fn demo(client: fairlock::Client) -> fairlock::Result<()> {
-        /// let rows = client
-        ///     .lock("cache-rebuild")
-        ///     .run(async { /* work under the lock */ 42 })
-        ///     .await?;
-        /// # let _ = rows; Ok(()) }
-        /// ```
-        ///
-        /// # Errors
-        /// As [`lock`](Self::lock); [`Error::Lost`](crate::Error::Lost) when the lock was lost
-        /// before the work finished.
-        ///
-        /// # Cancel safety
-        /// Cancel safe: dropping the future while it waits gives up the wait, as
-        /// [`lock`](Self::lock); while the work runs, it drops the work and releases the lock in
-        /// the background.
-        async fn run;
-        /// Deletes the lock whoever holds it and publishes the release. Returns whether it was held.
-        ///
-        /// # Cancel safety
-        /// The delete may or may not have happened when the future is dropped.
-        async fn force_unlock;
-        /// Whether anyone holds the lock.
-        ///
-        /// # Cancel safety
-        /// Cancel safe (a read).
-        async fn is_locked;
-        /// How many holds this handle's holder ([`with_holder`](Self::with_holder)) has on the lock;
-        /// for a handle without one, how many holds all holders of this client have (0 when they
-        /// hold none).
-        ///
-        /// # Cancel safety
-        /// Cancel safe (a read).
-        async fn hold_count;
-        /// A snapshot of the lock: owner field, hold count and TTL (the queue is always empty).
-        ///
-        /// # Cancel safety
-        /// Cancel safe (a read).
-        async fn state;
+    /// The lock's name (also the Redis key of its owner hash).
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    /// Makes every acquisition call through this handle one holder, so they re-enter rather than
+    /// exclude each other (see [`FairLock::with_holder`](crate::FairLock::with_holder)).
+    #[must_use = "with_holder() returns a new handle; the original is unchanged"]
+    pub fn with_holder(mut self, holder: crate::Holder) -> Self {
+        self.0.set_holder(holder);
+        self
+    }
+
+    /// Hands out a fencing token with every acquisition (see
+    /// [`FairLock::fenced`](crate::FairLock::fenced)).
+    #[must_use = "fenced() returns a new handle; the original is unchanged"]
+    pub fn fenced(mut self) -> Self {
+        self.0.set_fenced();
+        self
+    }
+
+    /// Waits as long as it takes, then holds the lock with the watchdog renewing it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis),
+    /// [`Error::Shutdown`](crate::Error::Shutdown). Transient failures are retried as
+    /// [`FairLock::lock`](crate::FairLock::lock) describes.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future stops waiting without swallowing a wake-up meant for
+    /// another local waiter; if the lock was granted after the caller stopped waiting, it is
+    /// released again.
+    pub async fn lock(&self) -> crate::Result<crate::LockGuard> {
+        self.0.acquire_unbounded(None).await
+    }
+
+    /// Waits as long as it takes, then holds the lock for at most `lease` (never renewed).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), plus [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// for a lease under [`MIN_LEASE`](crate::MIN_LEASE) (3 ms) or longer than [`MAX_DURATION`](crate::MAX_DURATION).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn lock_with_lease(
+        &self,
+        lease: std::time::Duration,
+    ) -> crate::Result<crate::LockGuard> {
+        self.0.acquire_unbounded(Some(lease)).await
+    }
+
+    /// Waits at most `wait`; `lease: None` uses the watchdog. `Ok(None)` when `wait` ran out.
+    /// Returns within `wait` plus one round trip (bounded by the command timeout).
+    ///
+    /// # Errors
+    /// As [`lock_with_lease`](Self::lock_with_lease); transient failures are retried only until
+    /// `wait` runs out.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock(
+        &self,
+        wait: std::time::Duration,
+        lease: Option<std::time::Duration>,
+    ) -> crate::Result<Option<crate::LockGuard>> {
+        self.0.acquire(Some(wait), lease).await
+    }
+
+    /// Takes the lock as [`lock`](Self::lock) does (no lease: the watchdog keeps it), runs
+    /// `work` while the lock is trusted, and releases it when the work is done: the work is
+    /// dropped the moment the lock is lost. Returns the work's output or why it stopped; see
+    /// [`LockGuard::run`](crate::LockGuard::run), which does the same with a guard taken any
+    /// other way (a lease, a bounded wait).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fairlock::Client) -> fairlock::Result<()> {
+    /// let rows = client
+    ///     .non_fair_lock("cache-rebuild")
+    ///     .run(async { /* work under the lock */ 42 })
+    ///     .await?;
+    /// # let _ = rows; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock); [`Error::Lost`](crate::Error::Lost) when the lock was lost
+    /// before the work finished.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future while it waits gives up the wait, as
+    /// [`lock`](Self::lock); while the work runs, it drops the work and releases the lock in
+    /// the background.
+    pub async fn run<F: std::future::Future>(&self, work: F) -> crate::Result<F::Output> {
+        self.lock().await?.run(work).await
+    }
+
+    /// Deletes the lock whoever holds it and publishes the release. Returns whether it was held.
+    ///
+    /// # Cancel safety
+    /// The delete may or may not have happened when the future is dropped.
+    pub async fn force_unlock(&self) -> crate::Result<bool> {
+        self.0.force_unlock().await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn is_locked(&self) -> crate::Result<bool> {
+        self.0.is_locked().await
+    }
+
+    /// How many holds this handle's holder ([`with_holder`](Self::with_holder)) has on the lock;
+    /// for a handle without one, how many holds all holders of this client have (0 when they
+    /// hold none).
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn hold_count(&self) -> crate::Result<u32> {
+        self.0.hold_count().await
+    }
+
+    /// A snapshot of the lock: owner field, hold count and TTL (the queue is always empty).
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn state(&self) -> crate::Result<crate::LockState> {
+        self.0.state().await
     }
 }

@@ -204,139 +204,252 @@ pub struct ReadLock(Handle);
 #[must_use = "a lock handle does nothing until one of its methods is called"]
 pub struct WriteLock(Handle);
 
-/// The methods both sides share, each documented once for both.
-macro_rules! side_methods {
-    ($side:literal, $ing:literal) => {
-        /// The lock's name.
-        pub fn name(&self) -> &str {
-            self.0.name()
-        }
-
-        /// Makes every acquisition call through this handle one holder (see
-        /// [`FairLock::with_holder`](crate::FairLock::with_holder)). Give the read and the write
-        /// side the same holder to downgrade.
-        #[must_use = "with_holder() returns a new handle; the original is unchanged"]
-        pub fn with_holder(mut self, holder: Holder) -> Self {
-            self.0.set_holder(holder);
-            self
-        }
-
-        #[doc = concat!("Waits as long as it takes, then holds the ", $side, " lock with the watchdog")]
-        /// renewing it.
-        ///
-        /// # Errors
-        /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis),
-        /// [`Error::Shutdown`](crate::Error::Shutdown), and for the write side
-        /// [`Error::UpgradeRefused`](crate::Error::UpgradeRefused). Transient failures are
-        /// retried as [`FairLock::lock`](crate::FairLock::lock) describes.
-        ///
-        /// # Cancel safety
-        /// Cancel safe: dropping the future stops waiting; if the lock was granted after the
-        /// caller stopped waiting, it is released again.
-        pub async fn lock(&self) -> Result<LockGuard> {
-            self.0.acquire_unbounded(None).await
-        }
-
-        #[doc = concat!("Waits as long as it takes, then holds the ", $side, " lock for at most `lease`")]
-        /// (never renewed).
-        ///
-        /// # Errors
-        /// As [`lock`](Self::lock), plus [`Error::InvalidArgument`](crate::Error::InvalidArgument)
-        /// for a lease under [`MIN_LEASE`](crate::MIN_LEASE) (3 ms) or longer than [`MAX_DURATION`](crate::MAX_DURATION).
-        ///
-        /// # Cancel safety
-        /// Cancel safe, as [`lock`](Self::lock).
-        pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-            self.0.acquire_unbounded(Some(lease)).await
-        }
-
-        /// Waits at most `wait`; `lease: None` uses the watchdog. `Ok(None)` when `wait` ran
-        /// out. Returns within `wait` plus one round trip (bounded by the command timeout).
-        ///
-        /// # Errors
-        /// As [`lock_with_lease`](Self::lock_with_lease); transient failures are retried only
-        /// until `wait` runs out.
-        ///
-        /// # Cancel safety
-        /// Cancel safe, as [`lock`](Self::lock).
-        pub async fn try_lock(
-            &self,
-            wait: Duration,
-            lease: Option<Duration>,
-        ) -> Result<Option<LockGuard>> {
-            self.0.acquire(Some(wait), lease).await
-        }
-
-        #[doc = concat!("Takes the ", $side, " lock as [`lock`](Self::lock) does, runs `work` while it is")]
-        /// trusted and releases it afterwards (see [`LockGuard::run`]).
-        ///
-        /// # Errors
-        /// As [`lock`](Self::lock); [`Error::Lost`](crate::Error::Lost) when the lock was lost
-        /// before the work finished.
-        ///
-        /// # Cancel safety
-        /// Cancel safe: while waiting, as [`lock`](Self::lock); while the work runs, it drops
-        /// the work and releases the lock in the background.
-        pub async fn run<F: std::future::Future>(&self, work: F) -> Result<F::Output> {
-            self.lock().await?.run(work).await
-        }
-
-        /// How many holds of this side this handle's holder has (for a handle without one:
-        /// every holder of this client together).
-        ///
-        /// # Errors
-        /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis).
-        ///
-        /// # Cancel safety
-        /// Cancel safe (a read).
-        pub async fn hold_count(&self) -> Result<u32> {
-            self.0.hold_count().await
-        }
-
-        #[doc = concat!("Whether the lock is held for ", $ing, ", as Redisson's `isLocked` of that side")]
-        /// says (for the read side: in read mode, or in write mode with read holds of the
-        /// writer's).
-        ///
-        /// # Errors
-        /// As [`hold_count`](Self::hold_count).
-        ///
-        /// # Cancel safety
-        /// Cancel safe (a read).
-        pub async fn is_locked(&self) -> Result<bool> {
-            self.0.is_locked().await
-        }
-
-        /// A snapshot of the whole lock (see [`ReadWriteLock::state`]).
-        ///
-        /// # Errors
-        /// As [`hold_count`](Self::hold_count).
-        ///
-        /// # Cancel safety
-        /// Cancel safe (a read).
-        pub async fn state(&self) -> Result<RwLockState> {
-            self.0.rw_state().await
-        }
-
-        #[doc = concat!("Deletes the lock only if it is in ", $side, " mode (Redisson's `forceUnlock` of this")]
-        /// side), whoever holds it, and wakes every waiter. Returns whether it was deleted.
-        ///
-        /// # Errors
-        /// As [`hold_count`](Self::hold_count).
-        ///
-        /// # Cancel safety
-        /// The delete may or may not have happened when the future is dropped.
-        pub async fn force_unlock(&self) -> Result<bool> {
-            self.0.force_unlock().await
-        }
-    };
-}
-
 impl ReadLock {
-    side_methods!("read", "reading");
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    /// Makes every acquisition call through this handle one holder (see
+    /// [`FairLock::with_holder`](crate::FairLock::with_holder)). Give the read and the write
+    /// side the same holder to downgrade.
+    #[must_use = "with_holder() returns a new handle; the original is unchanged"]
+    pub fn with_holder(mut self, holder: Holder) -> Self {
+        self.0.set_holder(holder);
+        self
+    }
+
+    /// Waits as long as it takes, then holds the read lock with the watchdog
+    /// renewing it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis),
+    /// [`Error::Shutdown`](crate::Error::Shutdown), and for the write side
+    /// [`Error::UpgradeRefused`](crate::Error::UpgradeRefused). Transient failures are
+    /// retried as [`FairLock::lock`](crate::FairLock::lock) describes.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future stops waiting; if the lock was granted after the
+    /// caller stopped waiting, it is released again.
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.0.acquire_unbounded(None).await
+    }
+
+    /// Waits as long as it takes, then holds the read lock for at most `lease`
+    /// (never renewed).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), plus [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// for a lease under [`MIN_LEASE`](crate::MIN_LEASE) (3 ms) or longer than [`MAX_DURATION`](crate::MAX_DURATION).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.0.acquire_unbounded(Some(lease)).await
+    }
+
+    /// Waits at most `wait`; `lease: None` uses the watchdog. `Ok(None)` when `wait` ran
+    /// out. Returns within `wait` plus one round trip (bounded by the command timeout).
+    ///
+    /// # Errors
+    /// As [`lock_with_lease`](Self::lock_with_lease); transient failures are retried only
+    /// until `wait` runs out.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        self.0.acquire(Some(wait), lease).await
+    }
+
+    /// Takes the read lock as [`lock`](Self::lock) does, runs `work` while it is
+    /// trusted and releases it afterwards (see [`LockGuard::run`]).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock); [`Error::Lost`](crate::Error::Lost) when the lock was lost
+    /// before the work finished.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: while waiting, as [`lock`](Self::lock); while the work runs, it drops
+    /// the work and releases the lock in the background.
+    pub async fn run<F: std::future::Future>(&self, work: F) -> Result<F::Output> {
+        self.lock().await?.run(work).await
+    }
+
+    /// How many holds of this side this handle's holder has (for a handle without one:
+    /// every holder of this client together).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis).
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn hold_count(&self) -> Result<u32> {
+        self.0.hold_count().await
+    }
+
+    /// Whether the lock is held for reading, as Redisson's `isLocked` of that side
+    /// says (for the read side: in read mode, or in write mode with read holds of the
+    /// writer's).
+    ///
+    /// # Errors
+    /// As [`hold_count`](Self::hold_count).
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.0.is_locked().await
+    }
+
+    /// A snapshot of the whole lock (see [`ReadWriteLock::state`]).
+    ///
+    /// # Errors
+    /// As [`hold_count`](Self::hold_count).
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn state(&self) -> Result<RwLockState> {
+        self.0.rw_state().await
+    }
+
+    /// Deletes the lock only if it is in read mode (Redisson's `forceUnlock` of this
+    /// side), whoever holds it, and wakes every waiter. Returns whether it was deleted.
+    ///
+    /// # Errors
+    /// As [`hold_count`](Self::hold_count).
+    ///
+    /// # Cancel safety
+    /// The delete may or may not have happened when the future is dropped.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.0.force_unlock().await
+    }
 }
 
 impl WriteLock {
-    side_methods!("write", "writing");
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    /// Makes every acquisition call through this handle one holder (see
+    /// [`FairLock::with_holder`](crate::FairLock::with_holder)). Give the read and the write
+    /// side the same holder to downgrade.
+    #[must_use = "with_holder() returns a new handle; the original is unchanged"]
+    pub fn with_holder(mut self, holder: Holder) -> Self {
+        self.0.set_holder(holder);
+        self
+    }
+
+    /// Waits as long as it takes, then holds the write lock with the watchdog
+    /// renewing it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis),
+    /// [`Error::Shutdown`](crate::Error::Shutdown), and for the write side
+    /// [`Error::UpgradeRefused`](crate::Error::UpgradeRefused). Transient failures are
+    /// retried as [`FairLock::lock`](crate::FairLock::lock) describes.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future stops waiting; if the lock was granted after the
+    /// caller stopped waiting, it is released again.
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.0.acquire_unbounded(None).await
+    }
+
+    /// Waits as long as it takes, then holds the write lock for at most `lease`
+    /// (never renewed).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), plus [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// for a lease under [`MIN_LEASE`](crate::MIN_LEASE) (3 ms) or longer than [`MAX_DURATION`](crate::MAX_DURATION).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.0.acquire_unbounded(Some(lease)).await
+    }
+
+    /// Waits at most `wait`; `lease: None` uses the watchdog. `Ok(None)` when `wait` ran
+    /// out. Returns within `wait` plus one round trip (bounded by the command timeout).
+    ///
+    /// # Errors
+    /// As [`lock_with_lease`](Self::lock_with_lease); transient failures are retried only
+    /// until `wait` runs out.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        self.0.acquire(Some(wait), lease).await
+    }
+
+    /// Takes the write lock as [`lock`](Self::lock) does, runs `work` while it is
+    /// trusted and releases it afterwards (see [`LockGuard::run`]).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock); [`Error::Lost`](crate::Error::Lost) when the lock was lost
+    /// before the work finished.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: while waiting, as [`lock`](Self::lock); while the work runs, it drops
+    /// the work and releases the lock in the background.
+    pub async fn run<F: std::future::Future>(&self, work: F) -> Result<F::Output> {
+        self.lock().await?.run(work).await
+    }
+
+    /// How many holds of this side this handle's holder has (for a handle without one:
+    /// every holder of this client together).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Redis`](crate::Error::Redis).
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn hold_count(&self) -> Result<u32> {
+        self.0.hold_count().await
+    }
+
+    /// Whether the lock is held for writing, as Redisson's `isLocked` of that side
+    /// says (for the read side: in read mode, or in write mode with read holds of the
+    /// writer's).
+    ///
+    /// # Errors
+    /// As [`hold_count`](Self::hold_count).
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.0.is_locked().await
+    }
+
+    /// A snapshot of the whole lock (see [`ReadWriteLock::state`]).
+    ///
+    /// # Errors
+    /// As [`hold_count`](Self::hold_count).
+    ///
+    /// # Cancel safety
+    /// Cancel safe (a read).
+    pub async fn state(&self) -> Result<RwLockState> {
+        self.0.rw_state().await
+    }
+
+    /// Deletes the lock only if it is in write mode (Redisson's `forceUnlock` of this
+    /// side), whoever holds it, and wakes every waiter. Returns whether it was deleted.
+    ///
+    /// # Errors
+    /// As [`hold_count`](Self::hold_count).
+    ///
+    /// # Cancel safety
+    /// The delete may or may not have happened when the future is dropped.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.0.force_unlock().await
+    }
 
     /// Hands out a fencing token with every write acquisition (re-entries too): the lock's
     /// counter `redisson_lock_token:{NAME}`, incremented atomically with the grant (see the

@@ -465,34 +465,64 @@ pub(crate) async fn rw_force_unlock(
     Ok(deleted == 1)
 }
 
-/// Whether the lock's key exists (anyone holds it).
-pub(crate) async fn exists(conn: &mut Conn, name: &str) -> Result<bool> {
-    Ok(redis::cmd("EXISTS").arg(name).query_async(conn).await?)
+/// Whether the lock is held, as Redisson's `isLocked` answers for its kind: the key exists
+/// (fair, non-fair); for a side of a read-write lock, the hash's `mode` is that side's (a reader
+/// also counts a writer's own read holds: more than `mode` and the writer's field).
+pub(crate) async fn is_locked(conn: &mut Conn, spec: &LockSpec) -> Result<bool> {
+    let name = spec.name();
+    match spec.kind {
+        Kind::Fair | Kind::NonFair => Ok(redis::cmd("EXISTS").arg(name).query_async(conn).await?),
+        Kind::Read | Kind::Write => {
+            let (mode, fields): (Option<String>, i64) = redis::pipe()
+                .hget(name, "mode")
+                .hlen(name)
+                .query_async(conn)
+                .await?;
+            Ok(match (spec.kind, mode.as_deref()) {
+                (Kind::Read, Some("read")) => true,
+                (Kind::Read, Some("write")) => fields > 2,
+                (Kind::Write, Some("write")) => true,
+                _ => false,
+            })
+        }
+    }
 }
 
-/// A read-write lock's `mode` field and how many fields its hash has (Redisson's `isLocked` of
-/// each side decides from these).
-pub(crate) async fn rw_mode(conn: &mut Conn, name: &str) -> Result<(Option<String>, i64)> {
-    Ok(redis::pipe()
-        .hget(name, "mode")
-        .hlen(name)
-        .query_async(conn)
-        .await?)
-}
-
-/// The hold count of one owner field (0 when it holds nothing).
-pub(crate) async fn field_count(conn: &mut Conn, name: &str, field: &str) -> Result<i64> {
-    let count: Option<i64> = redis::cmd("HGET")
-        .arg(name)
-        .arg(field)
-        .query_async(conn)
-        .await?;
-    Ok(count.unwrap_or(0))
-}
-
-/// Every field of the lock's hash with its value.
-pub(crate) async fn fields(conn: &mut Conn, name: &str) -> Result<Vec<(String, String)>> {
-    Ok(redis::cmd("HGETALL").arg(name).query_async(conn).await?)
+/// Holds on the lock: of the owner field `field`, or with `None` of every field of the client
+/// whose fields start with `client_prefix` (`<uuid>:`); a side of a read-write lock counts its
+/// own fields only (a writer's end in `:write`).
+pub(crate) async fn hold_count(
+    conn: &mut Conn,
+    spec: &LockSpec,
+    field: Option<&str>,
+    client_prefix: &str,
+) -> Result<u32> {
+    let name = spec.name();
+    let count: i64 = match field {
+        Some(field) => {
+            let count: Option<i64> = redis::cmd("HGET")
+                .arg(name)
+                .arg(field)
+                .query_async(conn)
+                .await?;
+            count.unwrap_or(0)
+        }
+        None => {
+            let fields: Vec<(String, String)> =
+                redis::cmd("HGETALL").arg(name).query_async(conn).await?;
+            fields
+                .iter()
+                .filter(|(field, _)| field.starts_with(client_prefix))
+                .filter(|(field, _)| match spec.kind {
+                    Kind::Read => !field.ends_with(":write"),
+                    Kind::Write => field.ends_with(":write"),
+                    Kind::Fair | Kind::NonFair => true,
+                })
+                .filter_map(|(_, count)| count.parse::<i64>().ok())
+                .sum()
+        }
+    };
+    Ok(count.clamp(0, u32::MAX as i64) as u32)
 }
 
 /// How a read-write lock's attempt uses the writer-preferring queue (`lua/rw_read_acquire.lua`).

@@ -11,6 +11,7 @@
 //!
 //! It must never decide anything from a reply beyond decoding it.
 
+pub(crate) mod admin;
 pub(crate) mod batch;
 pub(crate) mod latch;
 mod lock;
@@ -20,9 +21,8 @@ pub(crate) mod semaphore;
 pub(crate) mod server;
 
 pub(crate) use lock::{
-    acquire, exists, extend, field_count, fields, force_unlock, give_up, rw_force_unlock, rw_mode,
-    rw_state, state, unlock, AcquireArgs, Attempt, Mode, QueuePlace, ReleaseArgs, Released,
-    Unlocked,
+    acquire, extend, force_unlock, give_up, hold_count, is_locked, rw_force_unlock, rw_state,
+    state, unlock, AcquireArgs, Attempt, Mode, QueuePlace, ReleaseArgs, Released, Unlocked,
 };
 
 use crate::conn::Conn;

@@ -36,7 +36,8 @@ pub(crate) async fn wait_replicas(
         .await?;
     // A server error (e.g. NOPERM) stays a Redis error, with its kind.
     let acked = acked.extract_error()?;
-    redis::FromRedisValue::from_redis_value(acked).map_err(|e| Error::Redis(e.into()))
+    redis::FromRedisValue::from_redis_value(acked)
+        .map_err(|e| Error::from(redis::RedisError::from(e)))
 }
 
 /// Replica sync after a grant (see `Builder::replica_sync`): waits for a replica to acknowledge

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::Mailbox;
+use super::mailbox::Mailbox;
 
 /// How long an unused channel stays subscribed.
 pub(super) const LINGER: Duration = Duration::from_secs(3);
@@ -82,6 +82,7 @@ impl Registry {
     }
 
     /// Whether `channel` is wanted (in use or lingering).
+    #[cfg(any(feature = "cluster", test))]
     pub(super) fn is_wanted(&self, channel: &str) -> bool {
         self.lock().channels.contains_key(channel)
     }
@@ -169,6 +170,7 @@ impl Registry {
 
     /// The server dropped our subscription to `channel` (its cluster slot moved): it is no longer
     /// live, must be subscribed again, and its waiter re-checks meanwhile.
+    #[cfg(any(feature = "cluster", test))]
     pub(super) fn dropped_by_server(&self, channel: &str) {
         let mut state = self.lock();
         if let Some(slot) = state.channels.get_mut(channel) {

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::order::Order;
 use super::registry::Registry;
-use super::request::Request;
 use super::transport::{self, Connected, Transport};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
@@ -26,6 +26,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// `RESYNC_SECOND` later: slot maps and node connections settle over a few seconds, and a
 /// subscription made in between can be lost with a connection the cluster client replaces.
 /// Subscribing again is idempotent on the connection that already has it.
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 const RESYNC_FIRST: Duration = Duration::from_secs(1);
 const RESYNC_SECOND: Duration = Duration::from_secs(3);
 
@@ -37,8 +38,8 @@ pub(super) struct Task {
     command_timeout: Duration,
     registry: Arc<Registry>,
     /// Weak, so the task ends when every handle is gone.
-    self_tx: mpsc::WeakUnboundedSender<Request>,
-    rx: mpsc::UnboundedReceiver<Request>,
+    self_tx: mpsc::WeakUnboundedSender<Order>,
+    rx: mpsc::UnboundedReceiver<Order>,
     conn: Option<Connected>,
     epoch: u64,
     /// What Redis has confirmed on the current connection.
@@ -56,8 +57,8 @@ impl Task {
         connect_timeout: Duration,
         command_timeout: Duration,
         registry: Arc<Registry>,
-        self_tx: mpsc::WeakUnboundedSender<Request>,
-        rx: mpsc::UnboundedReceiver<Request>,
+        self_tx: mpsc::WeakUnboundedSender<Order>,
+        rx: mpsc::UnboundedReceiver<Order>,
     ) -> Self {
         Task {
             transport,
@@ -89,7 +90,7 @@ impl Task {
             let request = match wake_at {
                 Some(at) => tokio::select! {
                     r = self.rx.recv() => r,
-                    _ = tokio::time::sleep_until(at.into()) => Some(Request::Sync(None)),
+                    _ = tokio::time::sleep_until(at.into()) => Some(Order::Sync(None)),
                 },
                 None => self.rx.recv().await,
             };
@@ -128,20 +129,23 @@ impl Task {
         }
     }
 
-    fn absorb(&mut self, request: Request, acks: &mut Vec<oneshot::Sender<()>>) {
+    fn absorb(&mut self, request: Order, acks: &mut Vec<oneshot::Sender<()>>) {
         match request {
-            Request::Sync(Some(ack)) => acks.push(ack),
-            Request::Sync(None) => {}
-            Request::Disconnected(epoch) if epoch == self.epoch => self.drop_connection(),
-            Request::Disconnected(_) => {}
-            Request::MasterMoved => {
+            Order::Sync(Some(ack)) => acks.push(ack),
+            Order::Sync(None) => {}
+            Order::Disconnected(epoch) if epoch == self.epoch => self.drop_connection(),
+            Order::Disconnected(_) => {}
+            #[cfg(feature = "sentinel")]
+            Order::MasterMoved => {
                 if self.conn.is_some() {
                     tracing::warn!("the master moved; moving the pub/sub connection");
                     self.drop_connection();
                 }
             }
-            Request::TopologyChanged => self.schedule_resync(),
-            Request::Dropped(channel) => {
+            #[cfg(feature = "cluster")]
+            Order::TopologyChanged => self.schedule_resync(),
+            #[cfg(feature = "cluster")]
+            Order::Dropped(channel) => {
                 self.schedule_resync();
                 tracing::debug!(
                     channel,
@@ -154,6 +158,7 @@ impl Task {
     }
 
     /// Cluster only: subscribe every wanted channel again soon, and once more later.
+    #[cfg(feature = "cluster")]
     fn schedule_resync(&mut self) {
         if matches!(self.transport, Transport::Cluster { .. }) {
             self.resync = Some((Instant::now() + RESYNC_FIRST, true));
@@ -177,6 +182,7 @@ impl Task {
                 tracing::warn!("pub/sub connection lost; reconnecting");
                 true
             }
+            #[cfg(feature = "cluster")]
             Some(Connected::Cluster) => {
                 tracing::warn!("cluster subscriptions failed; subscribing everything again");
                 true
@@ -198,9 +204,11 @@ impl Task {
     }
 
     async fn connect(&mut self) -> bool {
-        let mut sentinel_generation = None;
+        #[cfg_attr(not(feature = "sentinel"), allow(unused_mut))]
+        let mut sentinel_generation: Option<u64> = None;
         let client = match &self.transport {
             Transport::Classic(client) => redis::Client::clone(client),
+            #[cfg(feature = "sentinel")]
             Transport::Sentinel(master) => match master.client().await {
                 Ok((generation, client)) => {
                     sentinel_generation = Some(generation);
@@ -212,6 +220,7 @@ impl Task {
                     return false;
                 }
             },
+            #[cfg(feature = "cluster")]
             Transport::Cluster { .. } => {
                 // The cluster connection reconnects by itself; "connecting" here means
                 // subscribing every wanted channel again (the backoff resets once that worked).
@@ -246,11 +255,13 @@ impl Task {
                 true
             }
             Err(error) => {
+                #[cfg(feature = "sentinel")]
                 if let (Transport::Sentinel(master), Some(generation)) =
                     (&self.transport, sentinel_generation)
                 {
                     master.unreachable(generation);
                 }
+                let _ = sentinel_generation;
                 tracing::warn!(%error, "pub/sub connect failed; retrying in {:?}", self.backoff);
                 self.back_off();
                 false
@@ -295,6 +306,7 @@ impl Task {
                 Ok(Ok(())) => {
                     self.registry.set_live(&changes.subscribe);
                     self.subscribed.extend(changes.subscribe);
+                    #[cfg(feature = "cluster")]
                     if matches!(self.conn, Some(Connected::Cluster)) {
                         self.backoff = BACKOFF_MIN;
                     }

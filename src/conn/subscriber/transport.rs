@@ -4,7 +4,7 @@
 //! cannot send), or the subscription-only RESP3 cluster connection. Messages arrive as push
 //! messages either way. Each message wakes its channel's waiter through the
 //! registry; a dropped connection, a moved master or a cluster topology event is reported to the
-//! task as a [`Request`].
+//! task as a [`Order`].
 //!
 //! It must never decide what to subscribe (that is the task's reconcile) or keep state about
 //! channels (that is the registry).
@@ -13,15 +13,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
+#[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::order::Order;
 use super::registry::Registry;
-use super::request::Request;
+#[cfg(feature = "sentinel")]
 use crate::conn::sentinel::SentinelMaster;
-use crate::conn::{PubSubLink, Pushes};
+use crate::conn::PubSubLink;
+#[cfg(feature = "cluster")]
+use crate::conn::Pushes;
+#[cfg(feature = "cluster")]
 use crate::util::join_all;
 
 /// Where subscriptions live.
@@ -30,11 +35,13 @@ pub(super) enum Transport {
     /// (Boxed for the same reason as in [`PubSubLink`].)
     Classic(Box<redis::Client>),
     /// The subscription-only RESP3 cluster connection (it reconnects by itself).
+    #[cfg(feature = "cluster")]
     Cluster {
         conn: ClusterConnection,
         sharded: bool,
     },
     /// A classic connection to the master Sentinel names, reopened where the master is now.
+    #[cfg(feature = "sentinel")]
     Sentinel(SentinelMaster),
 }
 
@@ -44,11 +51,14 @@ pub(super) enum Connected {
         conn: MultiplexedConnection,
         reader: JoinHandle<()>,
     },
+    #[cfg(feature = "cluster")]
     Cluster,
 }
 
 impl Drop for Connected {
     fn drop(&mut self) {
+        // Without the `cluster` feature, `Classic` is the only variant.
+        #[allow(irrefutable_let_patterns)]
         if let Connected::Classic { reader, .. } = self {
             reader.abort();
         }
@@ -57,15 +67,27 @@ impl Drop for Connected {
 
 /// Splits the connection layer's link into the transport and, on a cluster, its push messages
 /// (read by [`read_pushes`] for the client's lifetime).
+#[cfg(feature = "cluster")]
 pub(super) fn from_link(link: PubSubLink) -> (Transport, Option<Pushes>) {
     match link {
         PubSubLink::Classic(client) => (Transport::Classic(client), None),
+        #[cfg(feature = "sentinel")]
         PubSubLink::Sentinel(master) => (Transport::Sentinel(master), None),
         PubSubLink::Cluster {
             conn,
             sharded,
             pushes,
         } => (Transport::Cluster { conn, sharded }, Some(pushes)),
+    }
+}
+
+/// The transport for the connection layer's link (no push stream outside a cluster).
+#[cfg(not(feature = "cluster"))]
+pub(super) fn from_link(link: PubSubLink) -> (Transport, Option<std::convert::Infallible>) {
+    match link {
+        PubSubLink::Classic(client) => (Transport::Classic(client), None),
+        #[cfg(feature = "sentinel")]
+        PubSubLink::Sentinel(master) => (Transport::Sentinel(master), None),
     }
 }
 
@@ -77,7 +99,7 @@ pub(super) async fn open_classic(
     name: &str,
     timeouts: (Duration, Duration),
     registry: Arc<Registry>,
-    tx: mpsc::WeakUnboundedSender<Request>,
+    tx: mpsc::WeakUnboundedSender<Order>,
     epoch: u64,
 ) -> Result<Connected, String> {
     let (connect_timeout, command_timeout) = timeouts;
@@ -115,7 +137,7 @@ pub(super) async fn open_classic(
             }
         }
         if let Some(tx) = tx.upgrade() {
-            let _ = tx.send(Request::Disconnected(epoch));
+            let _ = tx.send(Order::Disconnected(epoch));
         }
     });
     Ok(Connected::Classic { conn, reader })
@@ -131,6 +153,7 @@ pub(super) async fn set_subscribed(
     match (conn, transport) {
         (Some(Connected::Classic { conn, .. }), _) if on => conn.subscribe(channels).await,
         (Some(Connected::Classic { conn, .. }), _) => conn.unsubscribe(channels).await,
+        #[cfg(feature = "cluster")]
         (
             Some(Connected::Cluster),
             Transport::Cluster {
@@ -152,9 +175,11 @@ pub(super) async fn set_subscribed(
             .await;
             replies.into_iter().collect()
         }
+        #[cfg(feature = "cluster")]
         (Some(Connected::Cluster), Transport::Cluster { conn, .. }) if on => {
             conn.subscribe(channels).await
         }
+        #[cfg(feature = "cluster")]
         (Some(Connected::Cluster), Transport::Cluster { conn, .. }) => {
             conn.unsubscribe(channels).await
         }
@@ -167,14 +192,15 @@ pub(super) async fn set_subscribed(
 
 /// Moves the pub/sub connection whenever the master does: a message published on the new master
 /// would never reach a connection left on the old one.
+#[cfg(feature = "sentinel")]
 pub(super) async fn follow_master(
     mut moves: tokio::sync::watch::Receiver<u64>,
-    tx: mpsc::WeakUnboundedSender<Request>,
+    tx: mpsc::WeakUnboundedSender<Order>,
 ) {
     moves.borrow_and_update();
     while moves.changed().await.is_ok() {
         let Some(tx) = tx.upgrade() else { return };
-        if tx.send(Request::MasterMoved).is_err() {
+        if tx.send(Order::MasterMoved).is_err() {
             return;
         }
     }
@@ -225,10 +251,11 @@ fn push_channel(push: &PushInfo) -> Option<String> {
 /// channel a message arrived on, wakes everyone when a node connection dropped (messages may have
 /// been lost while redis-rs reconnects and re-subscribes), and reports subscriptions the server
 /// dropped on its own.
+#[cfg(feature = "cluster")]
 pub(super) async fn read_pushes(
     mut pushes: Pushes,
     registry: Arc<Registry>,
-    tx: mpsc::WeakUnboundedSender<Request>,
+    tx: mpsc::WeakUnboundedSender<Order>,
 ) {
     while let Some(push) = pushes.recv().await {
         tracing::trace!(kind = ?push.kind, data = ?push.data, "push");
@@ -244,7 +271,7 @@ pub(super) async fn read_pushes(
                 tracing::warn!("a cluster node connection dropped; every waiter re-checks");
                 registry.wake_all();
                 let Some(tx) = tx.upgrade() else { break };
-                let _ = tx.send(Request::TopologyChanged);
+                let _ = tx.send(Order::TopologyChanged);
             }
             PushKind::SUnsubscribe | PushKind::Unsubscribe => {
                 // Either the confirmation of our own unsubscribe (the channel is no longer
@@ -254,7 +281,7 @@ pub(super) async fn read_pushes(
                 };
                 if registry.is_wanted(&channel) {
                     let Some(tx) = tx.upgrade() else { break };
-                    let _ = tx.send(Request::Dropped(channel));
+                    let _ = tx.send(Order::Dropped(channel));
                 }
             }
             _ => {}

@@ -1,4 +1,5 @@
-//! The watchdog: renewals and validity deadlines of held locks.
+//! The watchdog: renewals and validity deadlines of held locks, and renewals of the permits of
+//! expirable semaphores taken without a lease (on the same grid, in their own batch).
 //!
 //! * A lock with a live watchdog hold is renewed every `watchdog_timeout / 3`, on a grid shared by
 //!   every lock of the client, so all renewals due in one tick go out together (`wire/batch.rs`). A
@@ -30,10 +31,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::timers::{Timer, Timers};
+use super::tracked::Tracked;
 use super::wheel::TimerHandle;
 use super::work::{Confirm, Work};
 use crate::conn::Conn;
-use crate::engine::field::Held;
+use crate::engine::permit::PermitLease;
 use crate::engine::validity::LostReason;
 use crate::error::Result;
 use crate::metrics;
@@ -44,7 +46,7 @@ use crate::wire::batch::{self, RenewOutcome};
 /// The driver's view of one held lock and owner field.
 #[derive(Debug)]
 struct HeldEntry {
-    held: Weak<Held>,
+    held: Weak<dyn Tracked>,
     renew: Option<TimerHandle>,
     validity: Option<TimerHandle>,
     failures: u8,
@@ -81,16 +83,38 @@ impl Watchdog {
         self.timeout / 3
     }
 
+    /// Permits of an expirable semaphore were taken without a lease: renew them on the grid.
+    pub(super) fn on_permits(&mut self, timers: &mut Timers, lease: &Arc<PermitLease>) {
+        let at = timers.next_grid(Instant::now(), self.period());
+        timers.schedule(at, Timer::Permits(Arc::downgrade(lease)));
+    }
+
+    /// A permit renewal came due: collects it into `due` and schedules the next, unless its
+    /// guard ended or its permits were lost.
+    pub(super) fn permits_due(
+        &mut self,
+        timers: &mut Timers,
+        weak: Weak<PermitLease>,
+        now: Instant,
+        due: &mut Vec<Arc<PermitLease>>,
+    ) {
+        if let Some(lease) = weak.upgrade().filter(|l| l.renewable()) {
+            let at = timers.next_grid(now, self.period());
+            timers.schedule(at, Timer::Permits(weak));
+            due.push(lease);
+        }
+    }
+
     /// A hold was taken on `held`: (re)arm its validity timer, and its renewals when it is a
     /// watchdog hold, or a direct grant whose TTL must be extended to its lease (`confirm`).
     pub(super) fn on_acquired(
         &mut self,
         timers: &mut Timers,
-        held: &Arc<Held>,
+        held: &Arc<dyn Tracked>,
         watchdog: bool,
         confirm: Option<Confirm>,
     ) {
-        let id = held.id;
+        let id = held.id();
         let entry = self.helds.entry(id).or_insert_with(|| HeldEntry {
             held: Arc::downgrade(held),
             renew: None,
@@ -192,8 +216,7 @@ impl Watchdog {
             self.forget(timers, id);
             return;
         };
-        held.lane.with(|a| held.revalidate(a));
-        match held.valid_until() {
+        match held.check_validity() {
             Some(at) if at > now => {
                 entry.validity = Some(timers.schedule(at, Timer::Validity(id)));
             }
@@ -217,11 +240,11 @@ impl Watchdog {
         tx: mpsc::UnboundedSender<Work>,
     ) {
         let ttl_ms = self.timeout.as_millis() as i64;
-        let mut items: Vec<(Arc<Held>, u64, u64, i64)> = Vec::with_capacity(ids.len());
+        let mut items: Vec<(Arc<dyn Tracked>, u64, u64, i64)> = Vec::with_capacity(ids.len());
         for id in ids {
             match self.helds.get(&id).and_then(|e| e.held.upgrade()) {
                 Some(held) => {
-                    let grants = held.lane.with(|a| a.grants);
+                    let grants = held.grants();
                     let ttl = held.renewal_ttl_ms(self.timeout);
                     items.push((held, id, grants, ttl));
                 }
@@ -237,7 +260,7 @@ impl Watchdog {
                 .iter()
                 .map(|&i| {
                     let h = &items[i].0;
-                    (h.name(), &*h.field, h.spec.renewal_base())
+                    (h.spec().name(), h.field(), h.spec().renewal_base())
                 })
                 .collect();
             let single = conn.clone();
@@ -247,7 +270,7 @@ impl Watchdog {
                     let (held, _, _, ttl) = &items[i];
                     let mut conn = single.clone();
                     async move {
-                        wire::extend(&mut conn, &held.spec, &held.field, *ttl)
+                        wire::extend(&mut conn, held.spec(), held.field(), *ttl)
                             .await
                             .map(|held| {
                                 if held {
@@ -317,7 +340,7 @@ impl Watchdog {
                     };
                     if short.is_some() || entry.short_period.is_some() {
                         tracing::debug!(
-                            lock = held.name(),
+                            lock = held.spec().name(),
                             ?short,
                             "renewal of a read hold found its TTL set shorter by another client"
                         );
@@ -339,7 +362,7 @@ impl Watchdog {
                     entry.validity = held
                         .valid_until()
                         .map(|at| timers.schedule(at, Timer::Validity(id)));
-                    if entry.confirm_period.is_some() && !held.lane.with(|a| a.unconfirmed) {
+                    if entry.confirm_period.is_some() && !held.unconfirmed() {
                         // The direct grant is extended: a watchdog hold goes on the common
                         // grid, a fixed one needs no renewal.
                         entry.confirm_period = None;
@@ -353,13 +376,13 @@ impl Watchdog {
                             self.forget(timers, id);
                         }
                     }
-                    tracing::trace!(lock = held.name(), "renewed");
+                    tracing::trace!(lock = held.spec().name(), "renewed");
                 }
                 Ok(RenewOutcome::Gone) => {
                     metrics::renewal(metrics::Renewal::Gone);
                     // Our field was gone when the renewal ran. A grant since then made a new
                     // hold, which this reply says nothing about.
-                    if held.lane.with(|a| a.grants == grants) {
+                    if held.grants() == grants {
                         held.mark_lost(LostReason::Gone);
                         self.stop_renewing(timers, id);
                     }
@@ -389,4 +412,21 @@ impl Watchdog {
     pub(super) fn shutdown(&mut self) {
         self.helds.clear();
     }
+}
+
+/// Renews expirable-semaphore permits in one batch, from a spawned task that reports each
+/// result to its guard's shared state (nothing comes back to the driver: a guard's next renewal
+/// is already scheduled, and one that is lost or ended is not renewed again).
+pub(super) fn renew_permits(mut conn: Conn, leases: Vec<Arc<PermitLease>>, batch: usize) {
+    tokio::spawn(async move {
+        let sent = Instant::now();
+        let lease_ms = leases[0].lease().as_millis() as i64;
+        let items: Vec<crate::wire::batch::PermitItem<'_>> =
+            leases.iter().map(|l| (l.expiries(), &l.ids[..])).collect();
+        tracing::debug!(guards = items.len(), "renewing permits");
+        let results = crate::wire::batch::renew_permits(&mut conn, &items, lease_ms, batch).await;
+        for (lease, result) in leases.iter().zip(&results) {
+            lease.on_renewed(sent, result);
+        }
+    });
 }

@@ -9,17 +9,16 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 use super::heartbeat::WaiterBeat;
-use crate::engine::field::{FieldTurn, Held};
+use super::tracked::Tracked;
 use crate::error::Result;
 use crate::wire::batch::Beat;
-use crate::wire::{AcquireArgs, Attempt};
 
 /// Work for the driver.
 pub(crate) enum Work {
     /// A hold was taken on `held` (lazy): arm its validity timer, and its renewals when it is a
     /// watchdog hold or a direct grant to extend (`confirm`).
     Acquired {
-        held: Arc<Held>,
+        held: Arc<dyn Tracked>,
         watchdog: bool,
         confirm: Option<Confirm>,
     },
@@ -29,16 +28,9 @@ pub(crate) enum Work {
     Waiter(Arc<WaiterBeat>),
     /// Permits of an expirable semaphore taken without a lease: renew them while they live.
     Permits(Arc<crate::engine::permit::PermitLease>),
-    /// A waiting future was dropped while an acquire attempt was in flight: settle its outcome
-    /// (release what it took, or leave the queue), with the field's turn the attempt holds.
-    Abandoned {
-        attempt: AttemptFuture,
-        held: Arc<Held>,
-        args: AcquireArgs,
-    },
     /// An operation that must run to its end though nobody awaits it: a dropped guard's release,
-    /// a cancelled wait's give-up (each holding its field's turn), or the rest of an operation
-    /// whose caller left.
+    /// a cancelled wait's give-up or an attempt in flight when its caller left (each holding its
+    /// field's turn), or the rest of an operation whose caller left.
     Finish(Pin<Box<dyn Future<Output = ()> + Send>>),
     /// Lazy work is waiting and the driver was idle: look at it.
     Wake,
@@ -64,7 +56,6 @@ impl std::fmt::Debug for Work {
             Work::Forget { .. } => "Forget",
             Work::Waiter(_) => "Waiter",
             Work::Permits(_) => "Permits",
-            Work::Abandoned { .. } => "Abandoned",
             Work::Finish(_) => "Finish",
             Work::Wake => "Wake",
             Work::Renewed { .. } => "Renewed",
@@ -82,10 +73,6 @@ pub(crate) struct Confirm {
     pub(crate) at: Instant,
     pub(crate) period: std::time::Duration,
 }
-
-/// An acquire attempt in flight with its field's turn: polled by the caller's future, handed to
-/// the driver if the caller stops waiting before it completes.
-pub(crate) type AttemptFuture = Pin<Box<dyn Future<Output = (Result<Attempt>, FieldTurn)> + Send>>;
 
 /// Work that may wait for the driver's next tick: registering and forgetting held entries. The
 /// first renewal or validity deadline of an entry is at least a third of a lease away, and both

@@ -1,4 +1,4 @@
-//! What a dropped waiting future leaves behind, run from the driver: the outcome of an acquire
+//! What a dropped waiting future leaves behind, run to its end by the driver: the outcome of an acquire
 //! attempt that was in flight when its caller stopped waiting (a late grant is released again, a
 //! reply that was lost is cleared up, a queued waiter leaves the queue), and the give-up of a
 //! waiter that stopped waiting between attempts. Each runs with the field's turn (the attempt
@@ -9,16 +9,22 @@
 
 use std::sync::Arc;
 
-use super::work::AttemptFuture;
-use crate::engine::field::Held;
-use crate::engine::release::{release_logged, What};
+use crate::engine::field::What;
+use crate::engine::field::{FieldTurn, Held};
+use crate::engine::release::release_logged;
 use crate::error::Result;
 use crate::keys::LockSpec;
 use crate::wire::{self, AcquireArgs, Attempt, Mode};
 
-/// Runs an abandoned attempt to its end and settles its outcome, in its own task.
-pub(super) fn abandoned_in_background(attempt: AttemptFuture, held: Arc<Held>, args: AcquireArgs) {
-    tokio::spawn(async move {
+/// An acquire attempt in flight with its field's turn: polled by the caller's future, handed to
+/// the driver if the caller stops waiting before it completes.
+pub(super) type AttemptFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (Result<Attempt>, FieldTurn)> + Send>>;
+
+/// Runs an abandoned attempt to its end and settles its outcome (the driver runs it in its own
+/// task).
+pub(super) async fn settle_abandoned(attempt: AttemptFuture, held: Arc<Held>, args: AcquireArgs) {
+    {
         let (outcome, turn) = attempt.await;
         let steps = plan(&outcome, &args);
         if steps.release {
@@ -33,10 +39,10 @@ pub(super) fn abandoned_in_background(attempt: AttemptFuture, held: Arc<Held>, a
             let _ = release_logged(&held, &turn, What::Dark).await;
         }
         if steps.give_up {
-            give_up_logged(&held, &args.spec, &args.field).await;
+            give_up_logged(&held, &turn, &args.spec, &args.field).await;
         }
         drop(turn);
-    });
+    }
 }
 
 /// Takes a waiter that stopped waiting out of its queue, and gives back a hold handed to it
@@ -44,18 +50,15 @@ pub(super) fn abandoned_in_background(attempt: AttemptFuture, held: Arc<Held>, a
 /// longer be taken up from here on (`pending_nonce` is cleared before the give-up is sent); if
 /// the give-up's reply is lost, Redis may still have that hold: the field is marked dark, so the
 /// next operation on it counts against Redis first (and the field is not reused meanwhile).
-pub(crate) async fn give_up_logged(held: &Held, spec: &LockSpec, field: &str) {
-    let expected = held.lane.with(|a| {
-        a.pending_nonce = 0;
-        a.count
-    });
+pub(super) async fn give_up_logged(held: &Held, turn: &FieldTurn, spec: &LockSpec, field: &str) {
+    let expected = turn.give_up_started();
     let mut conn = held.inner.conn.clone();
     let outcome = wire::give_up(&mut conn, spec, field, expected).await;
     match outcome {
         Ok(outcome) => tracing::debug!(lock = spec.name(), field, ?outcome, "gave up waiting"),
         Err(e) => {
             if e.is_ambiguous() {
-                held.lane.with(|a| a.dark = true);
+                turn.reply_lost();
             }
             tracing::warn!(lock = spec.name(), field, error = %crate::error::chain(&e),
             "give-up failed; the waiter is purged when its liveness window lapses, or by this \

@@ -1,14 +1,15 @@
--- Helpers shared by the `fairlock` command-line tool's scripts (cli/src/scripts.rs joins this
--- file in front of each of them at compile time). Defines local functions only.
+-- Helpers shared by the operators' scripts, `admin_*.lua` (src/scripts.rs joins this file in
+-- front of each of them at compile time; `fairlock::admin` runs them, and so does the `fairlock`
+-- command-line tool through it). Defines local functions only.
 --
 -- Keys of one fair lock (docs/PROTOCOL.md section 1): the owner hash NAME, the waiter queue Q (a
 -- list of owner fields), the deadline zset Z (score: a deadline in epoch ms) and fairlock's
 -- liveness zset L (score: the time by which a fairlock waiter must show life again).
 --
--- How the tool judges a queued waiter (the crate's README, "What looks dead"), using the server
--- clock. This is the library's rule, `QueuedWaiter::dead_reason` in src/state.rs, which the tool
--- uses when it reports; `dead_reason` below is its one Lua copy, because force-unlock and
--- purge-dead must judge and remove in the same atomic step. Change both together, codes included:
+-- How a queued waiter is judged dead, using the server clock. This is the library's rule,
+-- `QueuedWaiter::dead_reason` in src/state.rs, which inspection reports with; `dead_reason`
+-- below is its one Lua form, because force-unlock and purge-dead must judge and remove in the
+-- same atomic step. Change both together, codes included:
 -- * it has a mark in L (a fairlock waiter): dead once that mark is not in the future, whatever
 --   its score in Z says (Redisson clients shift those scores, PROTOCOL 4 and 7);
 -- * it has no mark, but its client id (the field up to its last ':') is the client id of some
@@ -82,7 +83,7 @@ local function announce(channel, commands)
   return receivers
 end
 
--- ARGV[2], ARGV[3], ...: the publish commands every CLI script receives after the channel.
+-- ARGV[2], ARGV[3], ...: the publish commands every admin script receives after the channel.
 local function publish_commands()
   local commands = {}
   for i = 2, #ARGV do

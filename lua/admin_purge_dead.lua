@@ -1,4 +1,4 @@
--- `fairlock purge-dead NAME`: remove every queued waiter of a fair lock that looks dead (judged
+-- `fairlock::admin::purge_dead` (`fairlock purge-dead NAME`): remove every queued waiter of a fair lock that looks dead (judged
 -- as the prologue says), wherever it stands in the queue, and when the lock is free tell the new
 -- head that it may take it.
 --

@@ -1,4 +1,4 @@
--- `fairlock force-unlock NAME`: delete the lock whoever holds it, drop the dead waiters at the
+-- `fairlock::admin::force_unlock` (`fairlock force-unlock NAME`): delete the lock whoever holds it, drop the dead waiters at the
 -- head of its queue, and tell the live head (and any plain-lock waiter) that it is free.
 --
 -- KEYS[1] owner hash NAME, KEYS[2] queue Q, KEYS[3] deadline zset Z, KEYS[4] liveness zset L,

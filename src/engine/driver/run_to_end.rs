@@ -10,17 +10,17 @@ use std::pin::Pin;
 use super::work::{DriverHandle, Work};
 
 /// An operation polled by the caller; see the module documentation.
-pub(crate) struct Handoff<T: Send + 'static> {
+pub(crate) struct RunToEnd<T: Send + 'static> {
     fut: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
     driver: DriverHandle,
 }
 
-impl<T: Send + 'static> Handoff<T> {
+impl<T: Send + 'static> RunToEnd<T> {
     pub(crate) fn new(
         driver: &DriverHandle,
         fut: impl Future<Output = T> + Send + 'static,
     ) -> Self {
-        Handoff {
+        RunToEnd {
             fut: Some(Box::pin(fut)),
             driver: driver.clone(),
         }
@@ -34,7 +34,7 @@ impl<T: Send + 'static> Handoff<T> {
     }
 }
 
-impl<T: Send + 'static> Drop for Handoff<T> {
+impl<T: Send + 'static> Drop for RunToEnd<T> {
     fn drop(&mut self) {
         if let Some(fut) = self.fut.take() {
             self.driver.send(Work::Finish(Box::pin(async move {
@@ -55,7 +55,7 @@ mod tests {
     #[tokio::test]
     async fn a_completed_operation_leaves_nothing_to_the_driver() {
         let (driver, mut rx) = DriverHandle::detached();
-        let out = Handoff::new(&driver, async { 7 }).run().await;
+        let out = RunToEnd::new(&driver, async { 7 }).run().await;
         assert_eq!(out, 7);
         assert!(rx.try_recv().is_err());
     }
@@ -66,7 +66,7 @@ mod tests {
         let done = Arc::new(AtomicBool::new(false));
         let (release, released) = tokio::sync::oneshot::channel::<()>();
         let finished = done.clone();
-        let op = Handoff::new(&driver, async move {
+        let op = RunToEnd::new(&driver, async move {
             let _ = released.await;
             finished.store(true, Ordering::SeqCst);
         });
@@ -87,7 +87,7 @@ mod tests {
         let (driver, mut rx) = DriverHandle::detached();
         let done = Arc::new(AtomicBool::new(false));
         let finished = done.clone();
-        drop(Handoff::new(&driver, async move {
+        drop(RunToEnd::new(&driver, async move {
             finished.store(true, Ordering::SeqCst);
         }));
         let Some(Work::Finish(rest)) = rx.recv().await else {

@@ -1,0 +1,299 @@
+//! What one lock and owner field holds, as a client counts it: the account (pure data, no I/O),
+//! what a release of it asks for, and the fixed-lease holds among its guards.
+
+use std::time::{Duration, Instant};
+
+use crate::engine::validity::validity_deadline;
+use crate::wire::ReleaseArgs;
+
+/// What one field holds, kept in its lane. Its fields are private to this module: the turn's
+/// events (`Turn<Held>` in `field/mod.rs`) are the only way to change `count`, `uncertain`,
+/// `gen`, `grants`, `dark`, `pending_nonce` and `unconfirmed`, so only the turn holder can; the
+/// guards' bookkeeping (live guards, pending releases, waiting calls) is changed by `Held`'s
+/// own events, under the lane's mutex.
+///
+/// One lives in every held field's [`Held`] (10,000 held locks keep 10,000 of them), so the
+/// counters of live guards, releases and calls are `u32` and the flag sits beside them: 96 bytes
+/// rather than 112, which keeps `Held` within a 272-byte allocation (see the `sizes` test).
+#[derive(Debug, Default)]
+pub(crate) struct Account {
+    /// Holds Redis has for the field, as of the last script reply.
+    pub(super) count: u64,
+    /// Holds released by calls whose outcome is unknown (their replies were lost) since the
+    /// last exact count: Redis may have up to this many fewer than `count`.
+    pub(super) uncertain: u64,
+    /// Bumped when the holds of the field vanished without us (or at shutdown).
+    pub(super) gen: u64,
+    /// Grants so far (a renewal reply only speaks for the grants made before it was sent).
+    pub(super) grants: u64,
+    /// Live guards of the current generation taken without a lease.
+    pub(super) watchdog_guards: u32,
+    /// Validity earned by the last successful grant or renewal of a watchdog hold.
+    pub(super) watchdog_valid: Option<Instant>,
+    /// Live guards of the current generation with a fixed lease.
+    pub(super) fixed: Vec<FixedHold>,
+    /// Guards of the current generation that have left the account and whose releases wait in
+    /// the line. Until the last of them runs, a release gives back only its own hold: a guard
+    /// dropped just before another guard of the same field is unlocked must not release the
+    /// other's hold too (that one's unlock would then find nothing and report the hold lost).
+    pub(super) pending_releases: u32,
+    /// Calls of this field that may be in the fair queue right now (counted from their first
+    /// attempt that can join it until they end). When a call starts while this is zero, no call
+    /// of ours owns an entry of the field, so any entry Redis still queues for it was left by a
+    /// give-up that failed or never ran (an error, a restart, a cut connection), possibly in a
+    /// [`Held`] that is gone since. Such a call drops that entry before it joins: a new call
+    /// always joins at the tail, never in a place an ended call left behind.
+    pub(super) waiting_calls: u32,
+    /// The nonce of the call whose last attempt left the field queued asking for a direct grant
+    /// (PROTOCOL 8), 0 when none: a grant announced for that nonce can be taken up without a
+    /// round trip as long as this is still set (any later operation on the field clears or
+    /// replaces it, so a grant message that arrives late is never taken for a newer one).
+    pub(super) pending_nonce: u64,
+    /// The last acquire attempt's reply was lost: Redis may have `count + 1`.
+    pub(super) dark: bool,
+    /// A direct grant (PROTOCOL 8) gave the lock a TTL shorter than its hold needs (at most the
+    /// waiter liveness window), and no extension has been answered yet: the watchdog extends
+    /// it, with its renewal rules, and until then the hold is trusted for the grant's TTL only.
+    pub(super) unconfirmed: bool,
+}
+
+/// One live guard with a fixed lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FixedHold {
+    /// The guard's id.
+    pub(super) id: u64,
+    /// Send time of its grant + its lease: the lock's TTL must reach at least this far.
+    pub(super) end: Instant,
+    /// Until when the hold can be trusted: `full`, or less while a direct grant's short TTL is
+    /// not extended yet (see [`Account::unconfirmed`]).
+    pub(super) valid: Instant,
+    /// `end` minus the drift margin: until when the hold can be trusted once the lock's TTL
+    /// covers its whole lease.
+    pub(super) full: Instant,
+}
+
+impl FixedHold {
+    pub(crate) fn new(id: u64, sent: Instant, lease: Duration) -> Self {
+        let valid = validity_deadline(sent, lease);
+        FixedHold {
+            id,
+            end: sent + lease,
+            valid,
+            full: valid,
+        }
+    }
+}
+
+impl Account {
+    /// Whether any live guard of the current generation remains.
+    pub(crate) fn has_guards(&self) -> bool {
+        self.watchdog_guards > 0 || !self.fixed.is_empty()
+    }
+
+    /// Until when the live holds can be trusted, and whether the watchdog is what sets it.
+    pub(crate) fn validity(&self) -> Option<(Instant, bool)> {
+        let fixed = self
+            .fixed
+            .iter()
+            .map(|h| h.valid)
+            .max()
+            .map(|valid| (valid, false));
+        let watchdog = (self.watchdog_guards > 0)
+            .then_some(self.watchdog_valid)
+            .flatten()
+            .map(|v| (v, true));
+        match (fixed, watchdog) {
+            (Some(f), Some(w)) => Some(if w.0 >= f.0 { w } else { f }),
+            (f, w) => f.or(w),
+        }
+    }
+
+    /// The TTL (ms) the remaining holds need after a release, or -1 to leave the TTL alone (a
+    /// watchdog hold remains and the watchdog keeps it, or nothing local needs the lock).
+    pub(crate) fn remaining_ttl_ms(&self, now: Instant) -> i64 {
+        if self.watchdog_guards > 0 {
+            return -1;
+        }
+        match self.fixed.iter().map(|h| h.end).max() {
+            // Rounded up, so the lock never expires before the hold's lease does.
+            Some(end) => {
+                let left = end.saturating_duration_since(now);
+                (left.as_micros().div_ceil(1000) as i64).max(1)
+            }
+            None => -1,
+        }
+    }
+}
+
+/// What to release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum What {
+    /// One guard's hold, of generation `gen` (the guard has already left the account).
+    Guard { gen: u64 },
+    /// A hold granted to a caller that had left (the grant is in the count, no guard has it).
+    Orphan,
+    /// Only what a dark attempt may have added (nothing else changes).
+    Dark,
+    /// Every hold of the field (shutdown).
+    All,
+}
+
+/// The release arguments for `what`, from the account as of `now`; `None` when there is nothing to send.
+pub(super) fn release_plan(a: &Account, what: What, now: Instant) -> Option<ReleaseArgs> {
+    match what {
+        What::Guard { gen } if gen != a.gen => None,
+        What::Guard { .. } | What::Orphan => {
+            // The last local hold of the field releases every hold Redis has for it (orphans of
+            // lost replies included): nothing local needs them, and the lock is then free. A
+            // release of another guard still waiting in the line is the last one, not this.
+            let by = if a.has_guards() || a.pending_releases > 0 {
+                1
+            } else {
+                a.count.max(1)
+            };
+            Some(ReleaseArgs {
+                expected: a.count,
+                by,
+                dark: a.dark,
+                remaining_ttl_ms: a.remaining_ttl_ms(now),
+            })
+        }
+        What::Dark if !a.dark => None,
+        What::Dark => Some(ReleaseArgs {
+            expected: a.count,
+            by: if a.has_guards() || a.pending_releases > 0 {
+                0
+            } else {
+                a.count
+            },
+            dark: true,
+            remaining_ttl_ms: a.remaining_ttl_ms(now),
+        }),
+        What::All if a.count == 0 && !a.dark => None,
+        What::All => Some(ReleaseArgs {
+            expected: a.count,
+            by: a.count,
+            dark: a.dark,
+            remaining_ttl_ms: -1,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validity_is_the_longest_need_of_the_live_holds() {
+        let t0 = Instant::now();
+        let mut a = Account::default();
+        assert_eq!(a.validity(), None);
+        let five = FixedHold::new(1, t0, Duration::from_secs(5));
+        assert_eq!(five.valid, t0 + Duration::from_millis(5000 - 52));
+        a.fixed.push(five);
+        assert_eq!(a.validity(), Some((five.valid, false)));
+        a.watchdog_guards = 1;
+        a.watchdog_valid = Some(t0 + Duration::from_secs(30));
+        assert_eq!(a.validity(), Some((t0 + Duration::from_secs(30), true)));
+        let sixty = FixedHold::new(2, t0, Duration::from_secs(60));
+        a.fixed.push(sixty);
+        assert_eq!(a.validity(), Some((sixty.valid, false)));
+        // Without live watchdog holds, an old renewal counts for nothing.
+        a.watchdog_guards = 0;
+        a.fixed.clear();
+        assert_eq!(a.validity(), None);
+    }
+
+    #[test]
+    fn a_release_leaves_the_ttl_the_remaining_holds_need() {
+        let now = Instant::now();
+        let mut a = Account::default();
+        assert_eq!(a.remaining_ttl_ms(now), -1);
+        a.fixed
+            .push(FixedHold::new(1, now, Duration::from_millis(1500)));
+        a.fixed
+            .push(FixedHold::new(2, now, Duration::from_millis(700)));
+        assert_eq!(a.remaining_ttl_ms(now), 1500);
+        // A lease that already ran out still leaves a positive TTL (PEXPIRE needs one).
+        assert_eq!(a.remaining_ttl_ms(now + Duration::from_secs(9)), 1);
+        a.watchdog_guards = 1;
+        assert_eq!(a.remaining_ttl_ms(now), -1, "the watchdog keeps it");
+    }
+
+    fn account(count: u64, watchdog: u32, fixed: usize) -> Account {
+        let now = Instant::now();
+        Account {
+            count,
+            watchdog_guards: watchdog,
+            fixed: (0..fixed)
+                .map(|i| FixedHold::new(i as u64, now, Duration::from_secs(10)))
+                .collect(),
+            ..Account::default()
+        }
+    }
+
+    #[test]
+    fn a_guard_of_an_older_generation_sends_nothing() {
+        let mut a = account(1, 1, 0);
+        a.gen = 3;
+        assert_eq!(
+            release_plan(&a, What::Guard { gen: 2 }, Instant::now()),
+            None
+        );
+        assert!(release_plan(&a, What::Guard { gen: 3 }, Instant::now()).is_some());
+    }
+
+    #[test]
+    fn a_release_with_another_one_waiting_in_line_gives_back_only_its_own_hold() {
+        // Two guards left, neither counted any more: the first release to run is not the last.
+        let mut a = account(2, 0, 0);
+        a.pending_releases = 1;
+        let first = release_plan(&a, What::Guard { gen: 0 }, Instant::now()).unwrap();
+        assert_eq!((first.expected, first.by), (2, 1));
+        a.pending_releases = 0;
+        a.count = 1;
+        let last = release_plan(&a, What::Guard { gen: 0 }, Instant::now()).unwrap();
+        assert_eq!((last.expected, last.by), (1, 1));
+    }
+
+    #[test]
+    fn the_last_guard_releases_every_hold_and_others_release_one() {
+        let last = release_plan(&account(3, 0, 0), What::Guard { gen: 0 }, Instant::now()).unwrap();
+        assert_eq!((last.expected, last.by), (3, 3));
+        let one = release_plan(&account(3, 1, 1), What::Guard { gen: 0 }, Instant::now()).unwrap();
+        assert_eq!((one.expected, one.by), (3, 1));
+        // A watchdog hold remains: the TTL is left to the watchdog.
+        assert_eq!(one.remaining_ttl_ms, -1);
+        // Only a fixed lease remains: the TTL becomes what it needs.
+        let fixed =
+            release_plan(&account(2, 0, 1), What::Guard { gen: 0 }, Instant::now()).unwrap();
+        assert!(fixed.remaining_ttl_ms > 9_000 && fixed.remaining_ttl_ms <= 10_000);
+    }
+
+    #[test]
+    fn a_dark_attempt_is_settled_only_when_there_is_one() {
+        assert_eq!(
+            release_plan(&account(1, 1, 0), What::Dark, Instant::now()),
+            None
+        );
+        let mut a = account(1, 1, 0);
+        a.dark = true;
+        let settle = release_plan(&a, What::Dark, Instant::now()).unwrap();
+        // With a live guard, only the dark hold (if it is there) goes.
+        assert_eq!((settle.expected, settle.by, settle.dark), (1, 0, true));
+        let mut a = account(0, 0, 0);
+        a.dark = true;
+        let settle = release_plan(&a, What::Dark, Instant::now()).unwrap();
+        assert_eq!((settle.expected, settle.by, settle.dark), (0, 0, true));
+    }
+
+    #[test]
+    fn shutdown_releases_everything_it_knows_of() {
+        assert_eq!(
+            release_plan(&account(0, 0, 0), What::All, Instant::now()),
+            None
+        );
+        let all = release_plan(&account(4, 1, 2), What::All, Instant::now()).unwrap();
+        assert_eq!((all.expected, all.by), (4, 4));
+    }
+}

@@ -1,0 +1,423 @@
+//! [`Held`]: one lock and owner field in one client, with its account in its lane, the loss
+//! epochs its guards ask about and its validity deadline (see the module documentation of
+//! `field/`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::engine::inner::Inner;
+use crate::engine::lane::{Lane, LaneOwner, Turn};
+use crate::engine::validity::{validity_deadline, LostReason};
+use crate::keys::LockSpec;
+
+use super::account::Account;
+use super::losses::{from_nanos, to_nanos, LossLog};
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Unique ids for guards and fields.
+pub(crate) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// One lock and owner field in one client; see the module documentation. Shared by the guards,
+/// the calls working on the field and the watchdog (which keeps only a `Weak`).
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) id: u64,
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) spec: Arc<LockSpec>,
+    pub(crate) field: Arc<str>,
+    pub(crate) lane: Lane<Held>,
+    /// Bumped each time the live holds are lost; a guard made before a bump is lost.
+    epoch: AtomicU64,
+    /// Why and until when each loss that a live guard may still ask about (see [`LossLog`]).
+    losses: Mutex<LossLog>,
+    /// Live guards made at the current epoch (changed only under `losses`' lock).
+    live_now: std::sync::atomic::AtomicU32,
+    /// Wakes `lost()` futures on every bump and every change of the validity deadline.
+    notify: Notify,
+    /// The validity deadline of the live holds ([`to_nanos`]; 0: none).
+    valid_until: AtomicU64,
+    /// The watchdog, not a fixed lease, sets `valid_until`.
+    valid_by_watchdog: AtomicBool,
+    /// The last lapsed deadline marked lost ([`to_nanos`]; 0: none), so one lapse is marked once.
+    lapse_marked: AtomicU64,
+    /// [`PER_CALL`] and [`EXPOSED`]: whether the holder id may be reused when this is dropped.
+    reuse: std::sync::atomic::AtomicU8,
+}
+
+/// The holder is a call's own (no `Holder` was passed).
+const PER_CALL: u8 = 1;
+/// The holder id was handed to the user (a guard's `holder()`).
+const EXPOSED: u8 = 2;
+
+impl Held {
+    /// A field with nothing in it yet (the registry makes them).
+    pub(super) fn new(inner: Arc<Inner>, spec: Arc<LockSpec>, field: Arc<str>) -> Self {
+        Held {
+            id: next_id(),
+            inner,
+            spec,
+            field,
+            lane: Lane::new(Account::default()),
+            epoch: AtomicU64::new(0),
+            losses: Mutex::new(LossLog::default()),
+            live_now: std::sync::atomic::AtomicU32::new(0),
+            notify: Notify::new(),
+            valid_until: AtomicU64::new(0),
+            valid_by_watchdog: AtomicBool::new(false),
+            lapse_marked: AtomicU64::new(0),
+            reuse: std::sync::atomic::AtomicU8::new(0),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        self.spec.name()
+    }
+
+    /// The holder id: the part of the owner field after the client id.
+    pub(crate) fn holder_id(&self) -> i64 {
+        // (A writer's field ends in `:write` after the id; `split_field` drops that.)
+        crate::keys::split_field(&self.field)
+            .1
+            .expect("an owner field this client built ends with its holder id")
+    }
+
+    /// The field's holder is a call's own: its id may be reused once nothing of it is left.
+    pub(crate) fn mark_per_call(&self) {
+        self.reuse.fetch_or(PER_CALL, Ordering::Relaxed);
+    }
+
+    /// The holder id was handed out: it is never reused.
+    pub(crate) fn expose(&self) {
+        self.reuse.fetch_or(EXPOSED, Ordering::Relaxed);
+    }
+
+    /// The current loss epoch (a new guard records it).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    fn losses(&self) -> MutexGuard<'_, LossLog> {
+        self.losses.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new guard: returns the epoch it is made at and counts it live there, in one step with
+    /// respect to bumps, so the loss it may later ask about is kept for it.
+    pub(crate) fn guard_made(&self) -> u64 {
+        let _losses = self.losses();
+        self.live_now.fetch_add(1, Ordering::Relaxed);
+        self.epoch()
+    }
+
+    /// A guard made at `epoch` is gone: a loss only it could ask about is forgotten.
+    pub(crate) fn guard_gone(&self, epoch: u64) {
+        let mut losses = self.losses();
+        if epoch == self.epoch() {
+            self.live_now.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            losses.guard_gone(epoch);
+        }
+    }
+
+    fn loss(&self, epoch: u64) -> (LostReason, Instant) {
+        self.losses().loss(epoch)
+    }
+
+    /// Why a guard made at `epoch` is lost, if it is.
+    pub(crate) fn lost_since(&self, epoch: u64) -> Option<LostReason> {
+        if self.epoch() > epoch {
+            return Some(self.loss(epoch).0);
+        }
+        let v = self.valid_until.load(Ordering::Acquire);
+        (v != 0 && Instant::now() >= from_nanos(v)).then(|| self.validity_reason())
+    }
+
+    /// Until when a guard made at `epoch` can be trusted.
+    pub(crate) fn valid_until_since(&self, epoch: u64) -> Instant {
+        if self.epoch() > epoch {
+            return self.loss(epoch).1;
+        }
+        from_nanos(self.valid_until.load(Ordering::Acquire))
+    }
+
+    fn validity_reason(&self) -> LostReason {
+        if self.valid_by_watchdog.load(Ordering::Acquire) {
+            LostReason::ValidityExpired
+        } else {
+            LostReason::LeaseExpired
+        }
+    }
+
+    /// The current validity deadline, if the field has live holds.
+    pub(crate) fn valid_until(&self) -> Option<Instant> {
+        let v = self.valid_until.load(Ordering::Acquire);
+        (v != 0).then(|| from_nanos(v))
+    }
+
+    /// Waits until the next loss or validity change (for `lost()`), registered before the caller
+    /// checks, so nothing in between is missed.
+    pub(crate) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+
+    /// Marks every live guard lost (a new epoch) for `reason`. Must not be called while the
+    /// lane's state is borrowed.
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        let live = self.lane.with(|a| a.has_guards());
+        self.bump(reason, Instant::now());
+        if live {
+            self.report_lost(reason);
+        }
+    }
+
+    /// Logs and counts a loss that affected live guards.
+    fn report_lost(&self, reason: LostReason) {
+        if reason == LostReason::Shutdown {
+            tracing::debug!(lock = self.name(), field = &*self.field, %reason, "lock released");
+        } else {
+            tracing::warn!(lock = self.name(), field = &*self.field, %reason, "lock lost");
+        }
+        let names = self.inner.config.metrics_lock_names;
+        crate::metrics::lost(&self.spec, names, reason.label());
+    }
+
+    fn bump(&self, reason: LostReason, at: Instant) {
+        let until = match self.valid_until() {
+            Some(v) if v < at => v,
+            _ => at,
+        };
+        let mut losses = self.losses();
+        let live = self.live_now.swap(0, Ordering::Relaxed);
+        let epoch = losses.bump(self.epoch(), live, reason, until);
+        self.epoch.store(epoch, Ordering::Release);
+        drop(losses);
+        self.notify.notify_waiters();
+    }
+
+    /// Recomputes the validity deadline from the account. If the deadline in force has passed,
+    /// or the new one already lies in the past (the hold that kept the lock alive was released,
+    /// and the others' leases ran out meanwhile), the guards are marked lost first, so that a
+    /// later grant or renewal never makes a lost guard look valid again. A lapsed deadline is
+    /// cleared once it has been marked, so one lapse is marked once.
+    pub(super) fn revalidate(&self, account: &Account) {
+        let now = Instant::now();
+        let old = self.valid_until.load(Ordering::Acquire);
+        let new = account.validity();
+        let marked = self.lapse_marked.load(Ordering::Acquire);
+        let lapsed = if old != 0 && now >= from_nanos(old) {
+            Some((self.validity_reason(), from_nanos(old)))
+        } else {
+            match new {
+                Some((until, by_watchdog)) if until <= now && to_nanos(until) > marked => Some((
+                    if by_watchdog {
+                        LostReason::ValidityExpired
+                    } else {
+                        LostReason::LeaseExpired
+                    },
+                    until,
+                )),
+                _ => None,
+            }
+        };
+        if let Some((reason, until)) = lapsed {
+            self.lapse_marked
+                .fetch_max(to_nanos(until), Ordering::AcqRel);
+            self.bump(reason, until);
+            if account.has_guards() {
+                self.report_lost(reason);
+            }
+        }
+        match new {
+            Some((until, by_watchdog)) if until > now => {
+                self.valid_by_watchdog.store(by_watchdog, Ordering::Release);
+                self.valid_until.store(to_nanos(until), Ordering::Release);
+            }
+            _ => self.valid_until.store(0, Ordering::Release),
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// The holds of the current generation are gone from Redis without us: start a new
+    /// generation and tell its guards.
+    pub(super) fn holds_vanished(&self, account: &mut Account, reason: LostReason) {
+        let had_guards = account.has_guards();
+        account.gen += 1;
+        account.pending_releases = 0;
+        account.watchdog_guards = 0;
+        account.watchdog_valid = None;
+        account.fixed.clear();
+        account.unconfirmed = false;
+        self.bump(reason, Instant::now());
+        self.valid_until.store(0, Ordering::Release);
+        if had_guards {
+            self.report_lost(reason);
+        }
+    }
+
+    /// Redis has no hold of ours for the field any more. That ends the generation: a release
+    /// still queued for one of its holds (a guard that detached before everything was released
+    /// at once, or before the holds expired) must not take a hold granted later. Live guards of
+    /// the generation, if any, are lost.
+    pub(super) fn emptied(&self, account: &mut Account, reason: LostReason) {
+        account.count = 0;
+        account.dark = false;
+        account.uncertain = 0;
+        if account.has_guards() {
+            self.holds_vanished(account, reason);
+        } else {
+            account.gen += 1;
+            account.pending_releases = 0;
+        }
+    }
+
+    /// A watchdog renewal (or the extension of a direct grant) sent at `sent`, when the field
+    /// had made `grants` grants, succeeded: the watchdog holds are valid for another `timeout`
+    /// from then, and a direct grant made before it is extended to its lease (its fixed holds
+    /// trusted for their whole lease). A grant made after the renewal was sent is not
+    /// confirmed by it. `shortened`: the renewal found another client keeping the lock's TTL
+    /// shorter, down to `timeout`: the watchdog holds are trusted only that long from `sent`,
+    /// even if an earlier renewal promised more.
+    pub(crate) fn renewed(&self, sent: Instant, timeout: Duration, grants: u64, shortened: bool) {
+        self.lane.with(|a| {
+            if a.unconfirmed && a.grants == grants {
+                a.unconfirmed = false;
+                for hold in &mut a.fixed {
+                    hold.valid = hold.valid.max(hold.full);
+                }
+            }
+            if a.watchdog_guards > 0 {
+                let valid = validity_deadline(sent, timeout);
+                if shortened || a.watchdog_valid.is_none_or(|v| v < valid) {
+                    a.watchdog_valid = Some(valid);
+                }
+            }
+            self.revalidate(a);
+        });
+    }
+
+    /// Whether the watchdog renews the field: a live watchdog hold, or a direct grant whose
+    /// short TTL is not extended yet.
+    pub(crate) fn wants_renewal(&self) -> bool {
+        self.lane
+            .with(|a| a.watchdog_guards > 0 || (a.unconfirmed && a.has_guards()))
+    }
+
+    /// The TTL (ms) a renewal of the field sets: the watchdog timeout while a watchdog hold
+    /// lives, else (a direct grant of fixed holds being extended) what the fixed holds need.
+    pub(crate) fn renewal_ttl_ms(&self, timeout: Duration) -> i64 {
+        self.lane.with(|a| {
+            if a.watchdog_guards > 0 {
+                timeout.as_millis() as i64
+            } else {
+                a.remaining_ttl_ms(Instant::now()).max(1)
+            }
+        })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // Nothing refers to this field any more: the driver drops its timers on its next look
+        // (lazily: no task wake-up on the uncontended path, and no I/O here).
+        self.inner
+            .driver
+            .send_lazy(crate::engine::driver::Work::Forget { id: self.id });
+        // A call's own holder that left nothing Redis may hold unseen can serve a later call
+        // (see `Inner::reuse_holder`). Nothing else refers to the field, so no guard, call or
+        // work in its line is left; the account says whether Redis may still hold any of it.
+        if *self.reuse.get_mut() == PER_CALL {
+            let clean = self
+                .lane
+                .with(|a| a.count == 0 && a.uncertain == 0 && !a.dark);
+            if clean {
+                self.inner.holder_idle(self.spec.name(), self.holder_id());
+            }
+        }
+    }
+}
+
+/// The turn on a field's lane.
+pub(crate) type FieldTurn = Turn<Held>;
+
+impl crate::engine::driver::Tracked for Held {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn spec(&self) -> &LockSpec {
+        &self.spec
+    }
+
+    fn field(&self) -> &str {
+        &self.field
+    }
+
+    fn grants(&self) -> u64 {
+        Held::grants(self)
+    }
+
+    fn wants_renewal(&self) -> bool {
+        Held::wants_renewal(self)
+    }
+
+    fn renewal_ttl_ms(&self, timeout: Duration) -> i64 {
+        Held::renewal_ttl_ms(self, timeout)
+    }
+
+    fn renewed(&self, sent: Instant, timeout: Duration, grants: u64, shortened: bool) {
+        Held::renewed(self, sent, timeout, grants, shortened)
+    }
+
+    fn unconfirmed(&self) -> bool {
+        Held::unconfirmed(self)
+    }
+
+    fn check_validity(&self) -> Option<Instant> {
+        self.lane.with(|a| self.revalidate(a));
+        Held::valid_until(self)
+    }
+
+    fn valid_until(&self) -> Option<Instant> {
+        Held::valid_until(self)
+    }
+
+    fn mark_lost(&self, reason: LostReason) {
+        Held::mark_lost(self, reason)
+    }
+}
+
+impl LaneOwner for Held {
+    type State = Account;
+
+    fn lane(&self) -> &Lane<Held> {
+        &self.lane
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A held lock costs its client about 1 KiB (benches/watchdog_scale.rs); `Held` is the
+    /// largest part of it. Its `Arc` allocation (two counts + `Held`) must stay within 272
+    /// bytes, which glibc serves from a 288-byte chunk.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn sizes() {
+        assert!(
+            std::mem::size_of::<Account>() <= 96,
+            "Account: {} bytes",
+            std::mem::size_of::<Account>()
+        );
+        assert!(
+            std::mem::size_of::<Held>() <= 256,
+            "Held: {} bytes",
+            std::mem::size_of::<Held>()
+        );
+    }
+}

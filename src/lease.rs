@@ -1,0 +1,70 @@
+//! The lease of a hold, one type from the call that asks for it to the hold that keeps it:
+//! renewed by the watchdog, or fixed. A fixed lease is checked once, where it enters the library
+//! ([`Lease::new`]); Redis sees it in whole milliseconds ([`Lease::ttl_ms`]).
+
+use std::time::Duration;
+
+use crate::config::lease_ms;
+use crate::error::Result;
+
+/// How long a hold lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lease {
+    /// Renewed by the client's watchdog while the hold lives.
+    Watchdog,
+    /// Expires this long after its grant was sent, unless extended.
+    Fixed(Duration),
+}
+
+impl Lease {
+    /// What a caller passed (`None`: the watchdog's), checked: a fixed lease must leave validity
+    /// after its drift margin ([`MIN_LEASE`](crate::MIN_LEASE)) and fit what Redis is sent
+    /// ([`MAX_DURATION`](crate::MAX_DURATION)).
+    pub(crate) fn new(lease: Option<Duration>) -> Result<Lease> {
+        match lease {
+            None => Ok(Lease::Watchdog),
+            Some(d) => {
+                lease_ms("lease", d)?;
+                Ok(Lease::Fixed(d))
+            }
+        }
+    }
+
+    /// The fixed lease, if it is one.
+    pub(crate) fn fixed(self) -> Option<Duration> {
+        match self {
+            Lease::Watchdog => None,
+            Lease::Fixed(d) => Some(d),
+        }
+    }
+
+    pub(crate) fn is_watchdog(self) -> bool {
+        self == Lease::Watchdog
+    }
+
+    /// How long the lock's TTL must reach for this hold: its fixed lease, or the watchdog timeout
+    /// (renewed before it runs out).
+    pub(crate) fn span(self, watchdog_timeout: Duration) -> Duration {
+        self.fixed().unwrap_or(watchdog_timeout)
+    }
+
+    /// [`span`](Self::span) in whole milliseconds, as the scripts set it.
+    pub(crate) fn ttl_ms(self, watchdog_timeout: Duration) -> i64 {
+        self.span(watchdog_timeout).as_millis() as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fixed_lease_is_checked_where_it_enters() {
+        assert_eq!(Lease::new(None).unwrap(), Lease::Watchdog);
+        assert!(Lease::new(Some(Duration::from_millis(2))).is_err());
+        assert!(Lease::new(Some(crate::config::MAX_DURATION * 2)).is_err());
+        let lease = Lease::new(Some(Duration::from_millis(1500))).unwrap();
+        assert_eq!(lease.ttl_ms(Duration::from_secs(30)), 1500);
+        assert_eq!(Lease::Watchdog.ttl_ms(Duration::from_secs(30)), 30_000);
+    }
+}
