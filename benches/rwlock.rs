@@ -123,7 +123,7 @@ async fn take(
 ) -> fairlock::Result<fairlock::LockGuard> {
     match variant {
         Variant::Fair => client.fair_lock(NAME).lock().await,
-        Variant::NonFair => client.lock(NAME).lock().await,
+        Variant::NonFair => client.non_fair_lock(NAME).lock().await,
         Variant::Rw | Variant::RwPreferring => {
             let mut rw = client.read_write_lock(NAME);
             if variant == Variant::RwPreferring {

@@ -7,7 +7,7 @@
 //! * **fair lock()**: `client.fair_lock(name).lock()` + `guard.unlock()` (watchdog hold);
 //! * **fair try_lock(0, lease)**: `try_lock(Duration::ZERO, Some(lease))` + `unlock()`;
 //! * **lock()** and **lock try_lock(0, lease)**: the same two on the `NonFairLock`
-//!   (`client.lock(name)`, Redisson's `RLock` layout).
+//!   (`client.non_fair_lock(name)`, Redisson's `RLock` layout).
 //!
 //! The run order is floor, A, floor, B, floor, C, floor, D, floor, A, …; each lock run is compared
 //! with the mean rate of the floor runs right before and right after it, and the ratio reported is
@@ -38,7 +38,7 @@ enum Variant {
     Floor,
     FairLock,
     FairTry,
-    /// The `NonFairLock` (`client.lock(name)`): same API as the fair one.
+    /// The `NonFairLock` (`client.non_fair_lock(name)`): same API as the fair one.
     NonFairLock,
     /// The `NonFairLock` with a zero wait and a lease.
     NonFairTry,
@@ -144,13 +144,18 @@ impl Bench {
                 guard.unlock().await.expect("unlock");
             }
             Variant::NonFairLock => {
-                let guard = self.client.lock(variant.key()).lock().await.expect("lock");
+                let guard = self
+                    .client
+                    .non_fair_lock(variant.key())
+                    .lock()
+                    .await
+                    .expect("lock");
                 guard.unlock().await.expect("unlock");
             }
             Variant::NonFairTry => {
                 let guard = self
                     .client
-                    .lock(variant.key())
+                    .non_fair_lock(variant.key())
                     .try_lock(Duration::ZERO, Some(LEASE))
                     .await
                     .expect("try_lock")

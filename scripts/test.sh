@@ -26,6 +26,8 @@ echo "== paths cited by the documents"
 bash scripts/check-doc-paths.sh
 echo "== layers and import cycles (docs/ARCHITECTURE.md)"
 python3 scripts/import-graph.py --layers --check
+echo "== rust-version: no locked dependency needs a newer Rust (clippy's incompatible_msrv covers std)"
+python3 scripts/check-msrv.py
 echo "== the library with no features and with each feature alone (cargo-hack)"
 bash scripts/check-features.sh
 echo "== cargo publish --dry-run (the library, and the CLI against the packaged library)"
@@ -42,7 +44,7 @@ cargo publish --workspace --exclude fairlock-testkit --dry-run --allow-dirty
 # loading the system's root certificates (it leaves roots to native-tls), so `rediss://` URLs
 # that rely on them (the CLI's TLS test) fail. clippy, the docs and cargo-hack above cover every
 # feature.
-features="fairlock/metrics,fairlock/tls-rustls"
+features="fairlock/metrics,fairlock/tls-rustls-ring"
 servers="${FAIRLOCK_TEST_SERVERS:-redis-7 valkey-8 redis-6.2}"
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT

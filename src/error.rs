@@ -20,7 +20,7 @@ pub enum Error {
     /// scripts never produce (a redis-rs parsing error). The Redis error is the
     /// [`source`](std::error::Error::source); the message does not repeat it.
     #[error("Redis request failed")]
-    Redis(#[source] redis::RedisError),
+    Redis(#[source] RedisCause),
 
     /// Redis refused the client's credentials when it connected: the server needs a password
     /// and none was given, or the username or password is wrong. Found by
@@ -28,7 +28,7 @@ pub enum Error {
     /// before any lock is used. The server's reply (`NOAUTH`, `WRONGPASS`, …) is the
     /// [`source`](std::error::Error::source).
     #[error("Redis refused the client's credentials (check the username and password)")]
-    Authentication(#[source] redis::RedisError),
+    Authentication(#[source] RedisCause),
 
     /// The lock is not held by this holder: it was released already, it expired, somebody
     /// force-unlocked it, or the guard had already been told it was lost.
@@ -120,7 +120,49 @@ pub enum Error {
 
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
-        Error::Redis(e)
+        Error::Redis(RedisCause(e))
+    }
+}
+
+/// The redis-rs error behind [`Error::Redis`] and [`Error::Authentication`], as their
+/// [`source`](std::error::Error::source). redis-rs's own message already carries what went wrong
+/// underneath (`Connection refused (os error 111)`), so this shows that message and reports no
+/// further source: a reporter that walks the chain, such as anyhow's `{:#}`, prints each cause
+/// once. [`redis_error`](Self::redis_error) gives the redis-rs error itself (its kind, its code).
+#[derive(Debug, Clone)]
+pub struct RedisCause(redis::RedisError);
+
+impl RedisCause {
+    /// The redis-rs error.
+    pub fn redis_error(&self) -> &redis::RedisError {
+        &self.0
+    }
+
+    /// The redis-rs error, owned.
+    pub fn into_redis_error(self) -> redis::RedisError {
+        self.0
+    }
+}
+
+impl std::ops::Deref for RedisCause {
+    type Target = redis::RedisError;
+
+    fn deref(&self) -> &redis::RedisError {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for RedisCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for RedisCause {}
+
+impl From<redis::RedisError> for RedisCause {
+    fn from(e: redis::RedisError) -> Self {
+        RedisCause(e)
     }
 }
 
@@ -136,6 +178,14 @@ impl Error {
         matches!(self, Error::Redis(_) | Error::Authentication(_))
     }
 
+    /// The redis-rs error behind an [`Error::Redis`] or [`Error::Authentication`].
+    pub fn redis_error(&self) -> Option<&redis::RedisError> {
+        match self {
+            Error::Redis(e) | Error::Authentication(e) => Some(e.redis_error()),
+            _ => None,
+        }
+    }
+
     /// Redis refused the client's credentials ([`Authentication`](Error::Authentication)).
     pub fn is_authentication(&self) -> bool {
         matches!(self, Error::Authentication(_))
@@ -147,9 +197,9 @@ impl Error {
         let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
             || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
         if refused {
-            Error::Authentication(e)
+            Error::Authentication(RedisCause(e))
         } else {
-            Error::Redis(e)
+            Error::Redis(RedisCause(e))
         }
     }
 
@@ -248,7 +298,7 @@ impl Error {
     /// A reply of a shape no fairlock script produces, as the redis-rs parsing error it is.
     pub(crate) fn bad_reply(what: &str, detail: impl std::fmt::Debug) -> Self {
         let parsing = redis::ParsingError::from(format!("{what}: unexpected reply {detail:?}"));
-        Error::Redis(redis::RedisError::from(parsing))
+        Error::Redis(RedisCause(redis::RedisError::from(parsing)))
     }
 }
 

@@ -60,9 +60,24 @@
 //! ```
 //!
 //! The wire protocol (keys, fields, channels, messages) is Redisson's; [`keys`] derives every key
-//! and channel name of a lock, for tools that look at locks from the outside. [`protocol`] says
-//! exactly what is shared with Java clients and what fairlock does beyond it, and
-//! [`architecture`] how the crate is put together.
+//! and channel name of a lock, for tools that look at locks from the outside. [`guide`] is the
+//! user's guide (configuration, guarantees in detail, Redisson compatibility, operations),
+//! [`protocol`] says exactly what is shared with Java clients and what fairlock does beyond it,
+//! and [`architecture`] how the crate is put together.
+//!
+//! # Features
+//!
+//! None is on by default.
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `cluster` | Redis Cluster: [`Builder::cluster`], [`Builder::cluster_client`] |
+//! | `sentinel` | a master managed by Redis Sentinel: [`Builder::sentinel`] |
+//! | `metrics` | counters and histograms through the [`metrics`](https://docs.rs/metrics) facade (the application installs the recorder) |
+//! | `tls-rustls` | TLS (`rediss://` URLs, [`redis::Client::build_with_tls`]) through rustls; the application installs rustls's crypto provider, e.g. `rustls::crypto::ring::default_provider().install_default()` |
+//! | `tls-rustls-ring` | `tls-rustls` with ring, installed as the process's provider at connect unless the application installed one |
+//! | `tls-native-tls` | TLS through native-tls (OpenSSL on Linux) |
+//! | `serde` | [`ClientConfig`]: the client's settings loaded from the application's configuration |
 
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -73,12 +88,14 @@
     rust_2018_idioms
 )]
 
+pub mod admin;
 mod config;
 mod conn;
 mod coord;
 mod engine;
 mod error;
 pub mod keys;
+mod lease;
 mod lock;
 mod metrics;
 mod redlock;
@@ -89,16 +106,19 @@ mod util;
 mod wire;
 
 pub use config::{
-    Builder, PubSubMode, SyncFailure, DEFAULT_BATCH_SIZE, DEFAULT_COMMAND_TIMEOUT,
+    Builder, PubSubMode, ServerAddr, SyncFailure, DEFAULT_BATCH_SIZE, DEFAULT_COMMAND_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_REDISSON_WAIT, DEFAULT_TIMER_SLOTS, DEFAULT_TIMER_TICK,
     DEFAULT_WAITER_LIVENESS, DEFAULT_WATCHDOG_TIMEOUT, MAX_DURATION, MIN_LEASE,
 };
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub use config::{ClientConfig, SentinelConfig};
 pub use conn::subscriber::SubscriberState;
 pub use coord::latch::CountDownLatch;
 pub use coord::permits::{ExpirablePermits, ExpirableSemaphore};
 pub use coord::semaphore::{Permits, Semaphore};
 pub use engine::validity::LostReason;
-pub use error::{Error, Result};
+pub use error::{Error, RedisCause, Result};
 pub use lock::client::Client;
 pub use lock::client::Health;
 pub use lock::fair::FairLock;
@@ -131,8 +151,18 @@ pub mod protocol {}
 #[doc = include_str!("../docs/ARCHITECTURE.md")]
 pub mod architecture {}
 
-// The README's Rust examples are compiled as doc tests (not run: they need a server); one of
-// them uses `redis::Client::build_with_tls`, hence the feature.
-#[cfg(all(doctest, feature = "tls-rustls"))]
+// As above: the guide's own link definitions point into the repository.
+#[doc = "[README]: https://github.com/fairlock-rs/fairlock/blob/main/README.md"]
+#[doc = "[PROTOCOL.md]: crate::protocol"]
+#[doc = "[ARCHITECTURE.md]: crate::architecture"]
+#[doc = "[CONTRIBUTING.md]: https://github.com/fairlock-rs/fairlock/blob/main/CONTRIBUTING.md"]
+#[doc = "[cli/README.md]: https://github.com/fairlock-rs/fairlock/blob/main/cli/README.md"]
+#[doc = "[benches/README.md]: https://github.com/fairlock-rs/fairlock/blob/main/benches/README.md"]
+#[doc = ""]
+#[doc = include_str!("../docs/GUIDE.md")]
+pub mod guide {}
+
+// The README's Rust examples are compiled as doc tests (not run: they need a server).
+#[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeExamples;

@@ -281,7 +281,7 @@ async fn names_that_cannot_share_a_slot_are_rejected_and_watchdog_renews_across_
     for bad in ["a{b", "x{}y"] {
         let err = client.fair_lock(bad).lock().await.unwrap_err();
         assert!(err.is_invalid_input(), "{bad}: {err:?}");
-        let err = client.lock(bad).lock().await.unwrap_err();
+        let err = client.non_fair_lock(bad).lock().await.unwrap_err();
         assert!(err.is_invalid_input(), "{bad}: {err:?}");
     }
     // Locks on many slots over all three masters, renewed for several periods.
@@ -291,7 +291,7 @@ async fn names_that_cannot_share_a_slot_are_rejected_and_watchdog_renews_across_
         guards.push(client.fair_lock(name.as_str()).lock().await.unwrap());
         guards.push(
             client
-                .lock(format!("{{tag{i}}}:plain"))
+                .non_fair_lock(format!("{{tag{i}}}:plain"))
                 .lock()
                 .await
                 .unwrap(),
@@ -350,7 +350,7 @@ async fn one_stalled_shard_costs_only_its_own_locks() {
         guards.push(client.fair_lock(name.as_str()).lock().await.unwrap());
         guards.push(
             client
-                .lock(format!("{{{name}}}:plain"))
+                .non_fair_lock(format!("{{{name}}}:plain"))
                 .lock()
                 .await
                 .unwrap(),
@@ -480,9 +480,9 @@ async fn waiters_follow_a_slot_migrated_while_they_wait() {
     });
     // A non-fair lock in the same slot, with a waiter on its shared release channel.
     let plain = format!("{{{name}}}:plain");
-    let plain_held = a.lock(plain.as_str()).lock().await.unwrap();
+    let plain_held = a.non_fair_lock(plain.as_str()).lock().await.unwrap();
     let plain_waiter = {
-        let lock = b.lock(plain.as_str());
+        let lock = b.non_fair_lock(plain.as_str());
         tokio::spawn(async move { lock.lock().await })
     };
     let plain_channel = format!("redisson_lock__channel:{plain}");

@@ -91,9 +91,31 @@ async fn connection_infos_and_redis_clients_are_used_as_given_with_their_databas
         .build()
         .await
         .unwrap();
-    for (client, db) in [(&by_info, 3), (&by_client, 4), (&by_pair, 0)] {
+    // `connect` takes the same: a `String` naming database 5, a connection info naming 6, and
+    // `from_redis` a redis::Client naming 7.
+    let by_string = Client::connect(format!("{}/5", server.url()))
+        .await
+        .unwrap();
+    let info6: ConnectionInfo = format!("{}/6", server.url())
+        .into_connection_info()
+        .unwrap();
+    let by_connect_info = Client::connect(info6).await.unwrap();
+    let redis7 = fairlock::redis::Client::open(format!("{}/7", server.url())).unwrap();
+    let by_from_redis = Client::from_redis(redis7).await.unwrap();
+    // The builder takes a `&String` too.
+    let url8 = format!("{}/8", server.url());
+    let by_ref_string = Client::builder().standalone(&url8).build().await.unwrap();
+    for (client, db) in [
+        (&by_info, 3),
+        (&by_client, 4),
+        (&by_pair, 0),
+        (&by_string, 5),
+        (&by_connect_info, 6),
+        (&by_from_redis, 7),
+        (&by_ref_string, 8),
+    ] {
         let guard = client.fair_lock("db-test").lock().await.unwrap();
-        for other in [0, 3, 4] {
+        for other in [0, 3, 4, 5, 6, 7, 8] {
             assert_eq!(
                 exists_in_db(&server, other, "db-test"),
                 other == db,
@@ -256,4 +278,29 @@ async fn credentials_are_checked_when_connecting() {
         .unwrap();
     let guard = c.fair_lock("behind-a-password").lock().await.unwrap();
     guard.unlock().await.unwrap();
+}
+
+/// Errors follow the Rust API guidelines: the message shows no cause, and the chain below it shows
+/// redis-rs's error once, so anyhow's `{:#}` prints each cause once (it printed the I/O error
+/// twice: once in redis-rs's message, once as its source).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_prints_its_cause_once() {
+    let port = {
+        let server = RedisServer::start();
+        server.port()
+    };
+    let e = Client::builder()
+        .standalone(format!("redis://127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(e.is_redis(), "{e:?}");
+    assert_eq!(e.to_string(), "Redis request failed");
+    let cause = e.redis_error().expect("a Redis error").to_string();
+    let report = format!("{:#}", anyhow::Error::new(e.clone()));
+    assert_eq!(report, format!("Redis request failed: {cause}"));
+    assert!(std::error::Error::source(&e)
+        .and_then(std::error::Error::source)
+        .is_none());
 }

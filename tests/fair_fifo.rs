@@ -284,12 +284,12 @@ async fn an_idle_client_drops_a_cancelled_waiters_channel_after_its_linger() {
         let held = if fair {
             owner.fair_lock(name).lock().await.unwrap()
         } else {
-            owner.lock(name).lock().await.unwrap()
+            owner.non_fair_lock(name).lock().await.unwrap()
         };
         let timed_out = if fair {
             tokio::time::timeout(Duration::from_millis(300), c.fair_lock(name).lock()).await
         } else {
-            tokio::time::timeout(Duration::from_millis(300), c.lock(name).lock()).await
+            tokio::time::timeout(Duration::from_millis(300), c.non_fair_lock(name).lock()).await
         };
         assert!(timed_out.is_err(), "{name}: the lock is held");
         let pattern = format!("{}*", support::release_channel(name));

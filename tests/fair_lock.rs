@@ -447,7 +447,9 @@ async fn a_lease_redis_cannot_take_is_refused_before_anything_is_written() {
                 .try_lock(Duration::ZERO, Some(too_long))
                 .await
         } else {
-            c.lock(name).try_lock(Duration::ZERO, Some(too_long)).await
+            c.non_fair_lock(name)
+                .try_lock(Duration::ZERO, Some(too_long))
+                .await
         };
         assert!(result.unwrap_err().is_invalid_input(), "{name}");
         assert!(!raw.exists::<_, bool>(name).unwrap(), "{name} was written");
@@ -457,7 +459,9 @@ async fn a_lease_redis_cannot_take_is_refused_before_anything_is_written() {
                 .lock_with_lease(fairlock::MAX_DURATION)
                 .await
         } else {
-            c.lock(name).lock_with_lease(fairlock::MAX_DURATION).await
+            c.non_fair_lock(name)
+                .lock_with_lease(fairlock::MAX_DURATION)
+                .await
         }
         .unwrap();
         let pttl: i64 = raw.pttl(name).unwrap();

@@ -18,7 +18,7 @@ async fn take(client: &Client, fair: bool, name: &str) -> LockGuard {
     if fair {
         client.fair_lock(name).lock().await.unwrap()
     } else {
-        client.lock(name).lock().await.unwrap()
+        client.non_fair_lock(name).lock().await.unwrap()
     }
 }
 
@@ -27,7 +27,7 @@ async fn force(client: &Client, fair: bool, name: &str) -> bool {
     if fair {
         client.fair_lock(name).force_unlock().await.unwrap()
     } else {
-        client.lock(name).force_unlock().await.unwrap()
+        client.non_fair_lock(name).force_unlock().await.unwrap()
     }
 }
 
@@ -36,7 +36,10 @@ async fn try_now(client: &Client, fair: bool, name: &str) -> Option<LockGuard> {
     if fair {
         client.fair_lock(name).try_lock(Duration::ZERO, None).await
     } else {
-        client.lock(name).try_lock(Duration::ZERO, None).await
+        client
+            .non_fair_lock(name)
+            .try_lock(Duration::ZERO, None)
+            .await
     }
     .unwrap()
 }
@@ -99,7 +102,7 @@ async fn a_task_holding_a_lock_waits_for_its_own_second_call() {
             let held = lock.lock().await.unwrap();
             (held, lock.try_lock(Duration::from_millis(150), None).await)
         } else {
-            let lock = client.lock(name);
+            let lock = client.non_fair_lock(name);
             let held = lock.lock().await.unwrap();
             (held, lock.try_lock(Duration::from_millis(150), None).await)
         };
@@ -213,7 +216,7 @@ async fn a_holder_shared_on_purpose_reenters_across_tasks_and_threads() {
     let raw_holder = Holder::from_raw(42).unwrap();
     assert_eq!(raw_holder.id(), 42);
     let g = client
-        .lock("raw")
+        .non_fair_lock("raw")
         .with_holder(raw_holder)
         .lock()
         .await
@@ -237,7 +240,7 @@ async fn one_holder_cannot_use_one_name_as_both_kinds() {
     for plain_first in [true, false] {
         let name = if plain_first { "kinds-1" } else { "kinds-2" };
         let me = client.holder();
-        let plain = client.lock(name).with_holder(me);
+        let plain = client.non_fair_lock(name).with_holder(me);
         let fair = client.fair_lock(name).with_holder(me);
         let (first, second) = if plain_first {
             let g = plain.lock().await.unwrap();
@@ -276,7 +279,7 @@ async fn one_holder_cannot_use_one_name_as_both_kinds() {
 async fn every_call_writes_its_own_owner_field() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    let lock = client.lock("fields");
+    let lock = client.non_fair_lock("fields");
     let mut seen = std::collections::HashSet::new();
     for _ in 0..20 {
         let g = lock.lock().await.unwrap();

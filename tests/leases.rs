@@ -39,7 +39,7 @@ async fn leases_that_could_never_be_trusted_are_refused_before_any_io() {
         Duration::from_millis(2),
         MIN_LEASE - Duration::from_micros(1),
     ];
-    let plain = c.lock("edge:plain");
+    let plain = c.non_fair_lock("edge:plain");
     let rw = c.read_write_lock("edge:rw");
     let sem = c.expirable_semaphore("edge:sem");
     for lease in too_short {
@@ -52,10 +52,13 @@ async fn leases_that_could_never_be_trusted_are_refused_before_any_io() {
             rw.read_lock().try_lock(wait, Some(lease)).await.map(|_| ()),
             rw.write_lock().lock_with_lease(lease).await.map(|_| ()),
             sem.try_acquire(1, wait, Some(lease)).await.map(|_| ()),
-            MultiLock::new([c.fair_lock("edge:m1").into(), c.lock("edge:m2").into()])
-                .try_lock(wait, Some(lease))
-                .await
-                .map(|_| ()),
+            MultiLock::new([
+                c.fair_lock("edge:m1").into(),
+                c.non_fair_lock("edge:m2").into(),
+            ])
+            .try_lock(wait, Some(lease))
+            .await
+            .map(|_| ()),
             fairlock::RedLock::new([c.clone()], "edge:red")
                 .try_lock(wait, Some(lease))
                 .await
@@ -109,7 +112,7 @@ async fn a_lease_the_round_trip_eats_is_retried_with_a_backoff() {
         let warm = if fair {
             c.fair_lock(name).lock().await.unwrap()
         } else {
-            c.lock(name).lock().await.unwrap()
+            c.non_fair_lock(name).lock().await.unwrap()
         };
         warm.unlock().await.unwrap();
         proxy.set_latency(Duration::from_millis(5), Duration::from_millis(5));
@@ -119,7 +122,7 @@ async fn a_lease_the_round_trip_eats_is_retried_with_a_backoff() {
         let got = if fair {
             c.fair_lock(name).try_lock(wait, Some(MIN_LEASE)).await
         } else {
-            c.lock(name).try_lock(wait, Some(MIN_LEASE)).await
+            c.non_fair_lock(name).try_lock(wait, Some(MIN_LEASE)).await
         };
         let took = started.elapsed();
         proxy.set_latency(Duration::ZERO, Duration::ZERO);
@@ -180,14 +183,14 @@ async fn unlock_is_not_held_for_every_kind_once_the_hold_was_taken_away() {
         let name = format!("taken:{kind}");
         let guard = match kind {
             "fair" => c.fair_lock(&name).lock().await,
-            "plain" => c.lock(&name).lock().await,
+            "plain" => c.non_fair_lock(&name).lock().await,
             "read" => c.read_write_lock(&name).read_lock().lock().await,
             _ => c.read_write_lock(&name).write_lock().lock().await,
         }
         .unwrap();
         let forced = match kind {
             "fair" => operator.fair_lock(&name).force_unlock().await,
-            "plain" => operator.lock(&name).force_unlock().await,
+            "plain" => operator.non_fair_lock(&name).force_unlock().await,
             _ => operator.read_write_lock(&name).force_unlock().await,
         };
         assert!(forced.unwrap(), "{kind}: held before the force unlock");
@@ -198,7 +201,7 @@ async fn unlock_is_not_held_for_every_kind_once_the_hold_was_taken_away() {
         let name = format!("expired:{kind}");
         let guard = match kind {
             "fair" => c.fair_lock(&name).lock_with_lease(lease).await,
-            "plain" => c.lock(&name).lock_with_lease(lease).await,
+            "plain" => c.non_fair_lock(&name).lock_with_lease(lease).await,
             "read" => {
                 c.read_write_lock(&name)
                     .read_lock()
@@ -237,13 +240,13 @@ async fn a_ttl_cut_by_a_release_wakes_the_waiters() {
         let name = format!("cut:{kind}");
         let first = match kind {
             "fair" => c.fair_lock(&name).lock().await,
-            "plain" => c.lock(&name).lock().await,
+            "plain" => c.non_fair_lock(&name).lock().await,
             _ => c.read_write_lock(&name).write_lock().lock().await,
         }
         .unwrap();
         let (fair, plain, write) = (
             waiter.fair_lock(&name),
-            waiter.lock(&name),
+            waiter.non_fair_lock(&name),
             waiter.read_write_lock(&name).write_lock(),
         );
         let k = kind;

@@ -39,7 +39,7 @@ async fn a_slow_subscription_never_stretches_a_try_lock() {
         let held = if fair {
             holder.fair_lock(name).lock().await.unwrap()
         } else {
-            holder.lock(name).lock().await.unwrap()
+            holder.non_fair_lock(name).lock().await.unwrap()
         };
         // The command connection is open already; the pub/sub one is opened on first use.
         proxy.set_new_connection_latency(Duration::from_millis(1_500));
@@ -49,7 +49,7 @@ async fn a_slow_subscription_never_stretches_a_try_lock() {
                 .try_lock(Duration::from_millis(300), None)
                 .await
         } else {
-            c.lock(name)
+            c.non_fair_lock(name)
                 .try_lock(Duration::from_millis(300), None)
                 .await
         };
@@ -78,7 +78,7 @@ async fn an_acquisition_whose_reply_was_lost_is_taken_up_not_added_to() {
         let warm = if fair {
             c.fair_lock(name).lock().await.unwrap()
         } else {
-            c.lock(name).lock().await.unwrap()
+            c.non_fair_lock(name).lock().await.unwrap()
         };
         warm.unlock().await.unwrap();
         proxy.set_blackhole_replies(true);
@@ -88,7 +88,7 @@ async fn an_acquisition_whose_reply_was_lost_is_taken_up_not_added_to() {
                 if fair {
                     c.fair_lock(name).lock().await
                 } else {
-                    c.lock(name).lock().await
+                    c.non_fair_lock(name).lock().await
                 }
             })
         };
@@ -130,7 +130,7 @@ async fn a_resent_release_that_finds_the_lock_taken_since_was_ours() {
             async move {
                 match kind {
                     "fair" => client.fair_lock(&name).lock().await,
-                    "plain" => client.lock(&name).lock().await,
+                    "plain" => client.non_fair_lock(&name).lock().await,
                     "read" => client.read_write_lock(&name).read_lock().lock().await,
                     _ => client.read_write_lock(&name).write_lock().lock().await,
                 }
@@ -443,7 +443,7 @@ async fn a_grant_that_arrives_after_its_lease_ran_out_is_given_back() {
                     .try_lock(Duration::from_millis(900), lease)
                     .await
             } else {
-                slow.lock(name.as_str())
+                slow.non_fair_lock(name.as_str())
                     .try_lock(Duration::from_millis(900), lease)
                     .await
             };

@@ -108,7 +108,7 @@ async fn every_listed_metric_is_emitted_with_its_labels() {
     // A long lease: the head waiter below sleeps until a message, not until the lock's TTL.
     let g = fair.lock_with_lease(Duration::from_secs(10)).await.unwrap();
     // A watchdog lock, renewed every 100 ms (300 ms timeout).
-    let renewed = c.lock("m-renewed").lock().await.unwrap();
+    let renewed = c.non_fair_lock("m-renewed").lock().await.unwrap();
     let timed_out = d
         .fair_lock("m-fair")
         .try_lock(Duration::from_millis(50), None)
@@ -116,7 +116,7 @@ async fn every_listed_metric_is_emitted_with_its_labels() {
         .unwrap();
     assert!(timed_out.is_none());
     let bad = c
-        .lock("m-plain")
+        .non_fair_lock("m-plain")
         .lock_with_lease(Duration::ZERO)
         .await
         .unwrap_err();
@@ -168,7 +168,7 @@ async fn every_listed_metric_is_emitted_with_its_labels() {
 
     // A lost lock.
     let short = c
-        .lock("m-plain")
+        .non_fair_lock("m-plain")
         .lock_with_lease(Duration::from_millis(20))
         .await
         .unwrap();
@@ -255,7 +255,7 @@ async fn lock_names_are_labels_only_when_asked_for() {
         .build()
         .await
         .unwrap();
-    c.lock("orders:7")
+    c.non_fair_lock("orders:7")
         .lock()
         .await
         .unwrap()

@@ -20,9 +20,9 @@ async fn a_multi_lock_takes_all_or_nothing_in_one_order() {
     let c = Client::connect(&server.url()).await.unwrap();
     let other = Client::connect(&server.url()).await.unwrap();
     let multi = MultiLock::new([
-        c.lock("ml:b").into(),
+        c.non_fair_lock("ml:b").into(),
         c.fair_lock("ml:a").into(),
-        c.lock("ml:c").into(),
+        c.non_fair_lock("ml:c").into(),
     ]);
     let order: Vec<&str> = multi.members().iter().map(MultiMember::name).collect();
     let mut expected = vec!["ml:a", "ml:b", "ml:c"];
@@ -30,7 +30,7 @@ async fn a_multi_lock_takes_all_or_nothing_in_one_order() {
     assert_eq!(order, expected, "by slot, then name");
 
     // One member busy: nothing is held when the call returns.
-    let busy = other.lock("ml:c").lock().await.unwrap();
+    let busy = other.non_fair_lock("ml:c").lock().await.unwrap();
     assert!(multi
         .try_lock(Duration::from_millis(200), None)
         .await
@@ -59,7 +59,7 @@ async fn a_multi_lock_takes_all_or_nothing_in_one_order() {
     // Bad input.
     let invalid = |e: Error| matches!(e, Error::InvalidArgument { .. });
     assert!(invalid(MultiLock::new([]).lock().await.unwrap_err()));
-    let twice = MultiLock::new([c.lock("ml:x").into(), c.fair_lock("ml:x").into()]);
+    let twice = MultiLock::new([c.non_fair_lock("ml:x").into(), c.fair_lock("ml:x").into()]);
     assert!(invalid(
         twice.try_lock(Duration::ZERO, None).await.unwrap_err()
     ));
@@ -77,10 +77,13 @@ async fn a_lost_member_loses_the_multi_guard() {
         .await
         .unwrap();
     let other = Client::connect(&server.url()).await.unwrap();
-    let guard = MultiLock::new([c.lock("lost:a").into(), c.fair_lock("lost:b").into()])
-        .lock()
-        .await
-        .unwrap();
+    let guard = MultiLock::new([
+        c.non_fair_lock("lost:a").into(),
+        c.fair_lock("lost:b").into(),
+    ])
+    .lock()
+    .await
+    .unwrap();
     assert!(other.fair_lock("lost:b").force_unlock().await.unwrap());
     let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
         .await
@@ -113,14 +116,14 @@ async fn a_fixed_lease_runs_from_the_last_member_and_no_rival_holds_one_on_retur
     let mut raw = server.conn();
     let c = Client::connect(&server.url()).await.unwrap();
     let rival = Client::connect(&server.url()).await.unwrap();
-    let multi = MultiLock::new([c.fair_lock("fl:a").into(), c.lock("fl:b").into()]);
+    let multi = MultiLock::new([c.fair_lock("fl:a").into(), c.non_fair_lock("fl:b").into()]);
     let members = order(&multi);
     let (first, second) = (members[0].clone(), members[1].clone());
     let lease = Duration::from_millis(500);
     // The second member is held by a rival for 1.5 s; a second rival waits for the first (each
     // with the member's own kind: fl:a is fair, fl:b is not).
     let take = |name: &str, lease: Option<Duration>| {
-        let (fair, plain) = (rival.fair_lock(name), rival.lock(name));
+        let (fair, plain) = (rival.fair_lock(name), rival.non_fair_lock(name));
         let is_fair = name == "fl:a";
         async move {
             match (is_fair, lease) {
@@ -195,10 +198,10 @@ async fn a_member_lost_while_a_later_one_is_awaited_is_taken_again() {
         .await
         .unwrap();
     let rival = Client::connect(&server.url()).await.unwrap();
-    let multi = MultiLock::new([c.lock("wl:a").into(), c.fair_lock("wl:b").into()]);
+    let multi = MultiLock::new([c.non_fair_lock("wl:a").into(), c.fair_lock("wl:b").into()]);
     let members = order(&multi);
     let (first, second) = (members[0].clone(), members[1].clone());
-    let blocker = rival.lock(&second).lock().await.unwrap();
+    let blocker = rival.non_fair_lock(&second).lock().await.unwrap();
     let m = multi.clone();
     let call = tokio::spawn(async move { m.lock().await });
     wait_until(Duration::from_secs(5), "the first member taken", || {
@@ -208,9 +211,9 @@ async fn a_member_lost_while_a_later_one_is_awaited_is_taken_again() {
     // member comes 800 ms later, longer than the first member's validity (600 ms less the
     // margin, counted from its last renewal, which came before the force unlock): by then the
     // member is known lost, by a renewal that found it gone or at its validity deadline.
-    assert!(rival.lock(&first).force_unlock().await.unwrap());
+    assert!(rival.non_fair_lock(&first).force_unlock().await.unwrap());
     let stolen = rival
-        .lock(&first)
+        .non_fair_lock(&first)
         .lock_with_lease(Duration::from_millis(1500))
         .await
         .unwrap();
@@ -239,8 +242,8 @@ async fn one_name_on_clients_of_different_servers_is_two_members() {
     let (s1, s2) = (RedisServer::start(), RedisServer::start());
     let c1 = Client::connect(&s1.url()).await.unwrap();
     let c2 = Client::connect(&s2.url()).await.unwrap();
-    let both = MultiLock::new([c2.lock("same").into(), c1.fair_lock("same").into()]);
-    let again = MultiLock::new([c1.fair_lock("same").into(), c2.lock("same").into()]);
+    let both = MultiLock::new([c2.non_fair_lock("same").into(), c1.fair_lock("same").into()]);
+    let again = MultiLock::new([c1.fair_lock("same").into(), c2.non_fair_lock("same").into()]);
     // (c1's member is the fair one: the kind tells the clients apart.)
     let kinds = |m: &MultiLock| -> Vec<bool> {
         m.members()
@@ -268,7 +271,7 @@ async fn one_name_on_clients_of_different_servers_is_two_members() {
         .unwrap()
         .is_none());
     guard.unlock().await.unwrap();
-    let twice = MultiLock::new([c1.lock("same").into(), c1.fair_lock("same").into()]);
+    let twice = MultiLock::new([c1.non_fair_lock("same").into(), c1.fair_lock("same").into()]);
     assert!(twice.lock().await.unwrap_err().is_invalid_argument());
 }
 
@@ -309,7 +312,7 @@ async fn overlapping_multi_locks_in_any_order_never_deadlock() {
                         if i % 2 == 0 {
                             client.fair_lock(NAMES[i]).into()
                         } else {
-                            client.lock(NAMES[i]).into()
+                            client.non_fair_lock(NAMES[i]).into()
                         }
                     })
                     .collect();
@@ -371,14 +374,14 @@ async fn redisson_and_ours_overlap(peer: Arc<JavaPeer>, c: &Client, a: &str, b: 
         })
     };
     let java_prefix = format!("{}:", peer.uuid());
-    let multi = MultiLock::new([c.lock(a).into(), c.lock(b).into()]);
+    let multi = MultiLock::new([c.non_fair_lock(a).into(), c.non_fair_lock(b).into()]);
     for _ in 0..ROUNDS {
         let guard = tokio::time::timeout(Duration::from_secs(60), multi.lock())
             .await
             .expect("our multi-lock is never stuck behind Redisson's")
             .unwrap();
         for name in [a, b] {
-            let owners = c.lock(name).state().await.unwrap().owners;
+            let owners = c.non_fair_lock(name).state().await.unwrap().owners;
             assert!(
                 owners.iter().all(|o| !o.field.starts_with(&java_prefix)),
                 "{name} held by Java too: {owners:?}"
@@ -391,7 +394,10 @@ async fn redisson_and_ours_overlap(peer: Arc<JavaPeer>, c: &Client, a: &str, b: 
         .expect("Redisson's multi-lock finished its rounds")
         .unwrap();
     for name in [a, b] {
-        assert!(!c.lock(name).is_locked().await.unwrap(), "{name} left held");
+        assert!(
+            !c.non_fair_lock(name).is_locked().await.unwrap(),
+            "{name} left held"
+        );
     }
 }
 

@@ -15,7 +15,7 @@ async fn lock_uses_the_rlock_layout_and_reenters() {
     let server = RedisServer::start();
     let mut raw = server.conn();
     let c = Client::connect(&server.url()).await.unwrap();
-    let lock = c.lock("plain-lock").with_holder(c.holder());
+    let lock = c.non_fair_lock("plain-lock").with_holder(c.holder());
     let g1 = lock.lock().await.unwrap();
     let g2 = lock.lock_with_lease(Duration::from_secs(9)).await.unwrap();
     let hash: Vec<(String, i64)> = raw.hgetall("plain-lock").unwrap();
@@ -41,7 +41,7 @@ async fn unlocking_an_expired_rlock_is_not_held() {
     let mut raw = server.conn();
     let c = Client::connect(&server.url()).await.unwrap();
     let g = c
-        .lock("expires")
+        .non_fair_lock("expires")
         .lock_with_lease(Duration::from_millis(50))
         .await
         .unwrap();
@@ -57,11 +57,11 @@ async fn waiters_of_one_client_share_one_subscription_and_each_release_wakes_one
     let mut raw = server.conn();
     let holder = Client::connect(&server.url()).await.unwrap();
     let waiters_client = Client::connect(&server.url()).await.unwrap();
-    let held = holder.lock("shared-channel").lock().await.unwrap();
+    let held = holder.non_fair_lock("shared-channel").lock().await.unwrap();
     let acquired = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..8 {
-        let lock = waiters_client.lock("shared-channel");
+        let lock = waiters_client.non_fair_lock("shared-channel");
         let acquired = acquired.clone();
         tasks.push(tokio::spawn(async move {
             let g = lock.lock().await.unwrap();
@@ -115,7 +115,7 @@ async fn a_redisson_style_holder_on_the_plain_channel_interoperates() {
     let java = "0f6a1a9e-5f7e-4ec9-8b7e-2f1b6f7e9c11:1";
     let _: () = raw.hset("rlock", java, 1).unwrap();
     let _: () = raw.pexpire("rlock", 60_000).unwrap();
-    let lock = c.lock("rlock");
+    let lock = c.non_fair_lock("rlock");
     assert!(lock
         .try_lock(Duration::from_millis(50), None)
         .await
@@ -181,7 +181,12 @@ async fn fencing_tokens_strictly_increase_across_holders_clients_and_kinds() {
 
     let mut last = 0;
     for client in [&a, &b, &a] {
-        let g = client.lock("fenced-rlock").fenced().lock().await.unwrap();
+        let g = client
+            .non_fair_lock("fenced-rlock")
+            .fenced()
+            .lock()
+            .await
+            .unwrap();
         let t = g.fencing_token().unwrap();
         assert!(t > last);
         last = t;
@@ -207,7 +212,13 @@ async fn a_retried_unlock_never_decrements_twice() {
         .unlock()
         .await
         .unwrap();
-    c.lock("warm").lock().await.unwrap().unlock().await.unwrap();
+    c.non_fair_lock("warm")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
     for (kind, name) in [("fair", "resent-fair"), ("plain", "resent-plain")] {
         let (g1, g2, g3) = if kind == "fair" {
             let l = c.fair_lock(name).with_holder(c.holder());
@@ -217,7 +228,7 @@ async fn a_retried_unlock_never_decrements_twice() {
                 l.lock().await.unwrap(),
             )
         } else {
-            let l = c.lock(name).with_holder(c.holder());
+            let l = c.non_fair_lock(name).with_holder(c.holder());
             (
                 l.lock().await.unwrap(),
                 l.lock().await.unwrap(),
@@ -241,7 +252,7 @@ async fn a_retried_unlock_never_decrements_twice() {
         let holds = if kind == "fair" {
             c.fair_lock(name).hold_count().await
         } else {
-            c.lock(name).hold_count().await
+            c.non_fair_lock(name).hold_count().await
         };
         assert_eq!(holds.unwrap(), 2, "{kind}");
         let count: i64 = raw.hget(name, &field).unwrap();

@@ -449,7 +449,7 @@ async fn multi_locks_and_latches_on_one_thread() {
     for w in 0..4u64 {
         let multi = MultiLock::new([
             MultiMember::from(client.fair_lock("one:m:a")),
-            MultiMember::from(client.lock("one:m:b")),
+            MultiMember::from(client.non_fair_lock("one:m:b")),
         ]);
         let inside = inside.clone();
         let mut rng = Rng::for_worker(seed, w);
@@ -566,7 +566,7 @@ async fn shutdown_mid_call_ends_every_waiting_call_on_one_thread() {
         },
         {
             let m = MultiLock::new([
-                MultiMember::from(c.lock("one:s:plain")),
+                MultiMember::from(c.non_fair_lock("one:s:plain")),
                 MultiMember::from(c.fair_lock("one:s:fair")),
             ]);
             tokio::spawn(async move { m.lock().await.map(drop) })
@@ -625,7 +625,7 @@ async fn shutdown_mid_call_ends_every_waiting_call_on_one_thread() {
         .expect("the read-write lock is free");
     g.unlock().await.unwrap();
     let g = MultiLock::new([
-        MultiMember::from(other.lock("one:s:plain")),
+        MultiMember::from(other.non_fair_lock("one:s:plain")),
         MultiMember::from(other.fair_lock("one:s:fair")),
     ])
     .try_lock(Duration::ZERO, None)

@@ -56,7 +56,10 @@ async fn try_now(c: &Client, fair: bool, name: &str) -> Option<LockGuard> {
             .await
             .unwrap()
     } else {
-        c.lock(name).try_lock(Duration::ZERO, None).await.unwrap()
+        c.non_fair_lock(name)
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
     }
 }
 
@@ -74,7 +77,10 @@ async fn drop_then_relock(fair: bool) {
     let g = if fair {
         a.fair_lock(name).lock_with_lease(lease(200)).await.unwrap()
     } else {
-        a.lock(name).lock_with_lease(lease(200)).await.unwrap()
+        a.non_fair_lock(name)
+            .lock_with_lease(lease(200))
+            .await
+            .unwrap()
     };
     wait_until_async(Duration::from_secs(5), "the lease ran out", || {
         let gone = !raw.exists::<_, bool>(name).unwrap();
@@ -88,7 +94,10 @@ async fn drop_then_relock(fair: bool) {
             .await
             .unwrap()
     } else {
-        a.lock(name).lock_with_lease(lease(10_000)).await.unwrap()
+        a.non_fair_lock(name)
+            .lock_with_lease(lease(10_000))
+            .await
+            .unwrap()
     };
     // Whenever the background release ran, it has run now.
     wait_until_async(
@@ -268,7 +277,7 @@ async fn shutdown_racing_an_attempt_gives_the_grant_back() {
                 if fair {
                     c.fair_lock(name).lock().await
                 } else {
-                    c.lock(name).lock().await
+                    c.non_fair_lock(name).lock().await
                 }
             })
         };
@@ -345,7 +354,7 @@ async fn a_watchdog_reentry_never_shortens_a_long_fixed_lease() {
         .await
         .unwrap();
     let b = client(&server).await;
-    let lock = a.lock("mixed-2").with_holder(a.holder());
+    let lock = a.non_fair_lock("mixed-2").with_holder(a.holder());
     let f = lock.lock_with_lease(Duration::from_secs(4)).await.unwrap();
     let w = lock.lock().await.unwrap();
     assert!(raw.pttl::<_, i64>("mixed-2").unwrap() > 3_000);
@@ -458,8 +467,8 @@ async fn a_key_of_the_wrong_type_costs_only_its_own_lock() {
         .await
         .unwrap();
     let a = c.fair_lock("bad-a").lock().await.unwrap();
-    let bad = c.lock("bad-b").lock().await.unwrap();
-    let d = c.lock("bad-c").lock().await.unwrap();
+    let bad = c.non_fair_lock("bad-b").lock().await.unwrap();
+    let d = c.non_fair_lock("bad-c").lock().await.unwrap();
     let _: () = raw.del("bad-b").unwrap();
     let _: () = raw.set("bad-b", "not a hash").unwrap();
     let reason = tokio::time::timeout(Duration::from_secs(5), bad.lost())
@@ -499,7 +508,7 @@ async fn nothing_is_left_behind_after_the_last_release() {
             .unlock()
             .await
             .unwrap();
-        c.lock("leftover-plain")
+        c.non_fair_lock("leftover-plain")
             .lock()
             .await
             .unwrap()
@@ -545,7 +554,7 @@ async fn a_lease_shorter_than_a_tick_is_lost_at_its_deadline_not_a_tick_later() 
     let lost = Arc::new(AtomicUsize::new(0));
     for round in 0..5 {
         let g = c
-            .lock(format!("short-{round}"))
+            .non_fair_lock(format!("short-{round}"))
             .lock_with_lease(Duration::from_millis(30))
             .await
             .unwrap();
@@ -649,7 +658,7 @@ async fn a_dropped_guard_never_releases_the_hold_of_a_guard_unlocked_after_it() 
             )
         } else {
             let lock = a
-                .lock(name)
+                .non_fair_lock(name)
                 .with_holder(fairlock::Holder::from_raw(77).unwrap());
             let first = lock.lock().await.unwrap();
             (
@@ -735,7 +744,7 @@ async fn shutdown_never_waits_for_a_call_nobody_polls() {
         let mut raw = server.conn();
         let c = client_with_writes_paused(&server, fair, Duration::from_millis(400), 2_000).await;
         let fair_lock = c.fair_lock(name);
-        let plain_lock = c.lock(name);
+        let plain_lock = c.non_fair_lock(name);
         let mut call = Box::pin(async {
             if fair {
                 fair_lock.lock().await
@@ -787,7 +796,7 @@ async fn a_bounded_call_never_waits_past_its_deadline_behind_its_holders_release
             let lock = c.fair_lock(name).with_holder(me);
             (lock.lock().await.unwrap(), Err(lock))
         } else {
-            let lock = c.lock(name).with_holder(me);
+            let lock = c.non_fair_lock(name).with_holder(me);
             (lock.lock().await.unwrap(), Ok(lock))
         };
         server.pause();

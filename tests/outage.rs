@@ -10,7 +10,7 @@ use fairlock::Client;
 use redis::Commands;
 use support::{joined, wait_until, wait_until_async, EventCount, RedisServer};
 
-const RETRY: &str = "transient redis error while acquiring";
+const RETRY: &str = "transient redis error while waiting";
 
 /// A client whose commands time out after `command_timeout`.
 async fn client(server: &RedisServer, command_timeout: Duration) -> Client {

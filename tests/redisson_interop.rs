@@ -284,7 +284,7 @@ async fn plain_hand_overs(
         .ok("first Java lock");
     for round in 0..rounds {
         let calls = probe.script_calls();
-        let lock = client.lock(name);
+        let lock = client.non_fair_lock(name);
         let waiter = tokio::spawn(async move {
             let guard = lock.lock().await.unwrap();
             (Instant::now(), guard)
@@ -368,7 +368,7 @@ async fn timed_hand_overs(
         .report_and_check(median_bound);
     }
     assert!(!client.fair_lock(fair).is_locked().await.unwrap());
-    assert!(!client.lock(plain).is_locked().await.unwrap());
+    assert!(!client.non_fair_lock(plain).is_locked().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -660,7 +660,7 @@ async fn reentry_is_refused_across_the_boundary(
                 .fair_lock(name.clone())
                 .with_holder(fairlock::Holder::from_raw(7).unwrap()),
             client
-                .lock(name.clone())
+                .non_fair_lock(name.clone())
                 .with_holder(fairlock::Holder::from_raw(7).unwrap()),
         );
         let try_rust = |wait: Duration| {
@@ -760,7 +760,7 @@ async fn java_force_unlock_of_a_rust_hold(peer: &JavaPeer, client: &Client, prob
             let w = fair.with_holder(fairlock::Holder::from_raw(2).unwrap());
             (g, tokio::spawn(async move { w.lock().await.unwrap() }))
         } else {
-            let plain = client.lock(name.clone());
+            let plain = client.non_fair_lock(name.clone());
             let g = plain
                 .clone()
                 .with_holder(fairlock::Holder::from_raw(1).unwrap())
@@ -968,7 +968,7 @@ async fn inspection_of_java_holds(
     assert!(!lock.state().await.unwrap().is_locked());
 
     // A plain Java hold with a fixed lease of 20 s (not the 3 s watchdog).
-    let plain = client.lock("inspected-plain");
+    let plain = client.non_fair_lock("inspected-plain");
     peer.call("lock plain inspected-plain 4 20000")
         .await
         .ok("lock");
@@ -1054,7 +1054,7 @@ async fn fencing_tokens_are_shared(peer: &JavaPeer, client: &Client, probe: &mut
     );
     tokens.push(("Java lock".into(), t));
     // Contended both ways on the non-fair layout RFencedLock uses.
-    let plain = client.lock(name).fenced();
+    let plain = client.non_fair_lock(name).fenced();
     let waiter = tokio::spawn(async move { plain.lock().await.unwrap() });
     wait_until(
         Duration::from_secs(10),
@@ -1109,7 +1109,7 @@ async fn fencing_tokens_are_shared(peer: &JavaPeer, client: &Client, probe: &mut
         .await
         .ok("unlock");
     let g = client
-        .lock(name)
+        .non_fair_lock(name)
         .fenced()
         .try_lock(Duration::ZERO, None)
         .await
@@ -1186,7 +1186,11 @@ async fn play_child_role(role: &str, url: &str) -> ! {
     match role {
         "holder" => {
             let _fair = client.fair_lock("killed-rust-fair").lock().await.unwrap();
-            let _plain = client.lock("killed-rust-plain").lock().await.unwrap();
+            let _plain = client
+                .non_fair_lock("killed-rust-plain")
+                .lock()
+                .await
+                .unwrap();
             println!("READY");
             std::future::pending::<()>().await;
         }
@@ -1248,7 +1252,7 @@ async fn killed_holders_free_the_lock_when_their_watchdog_lease_runs_out() {
         .await
         .ok("lock");
     let fair = client.fair_lock("killed-java-fair");
-    let plain = client.lock("killed-java-plain");
+    let plain = client.non_fair_lock("killed-java-plain");
     let fair_waiter = tokio::spawn(async move {
         let g = fair.lock().await.unwrap();
         (Instant::now(), g)
@@ -1464,7 +1468,7 @@ async fn cluster_hand_overs_with_redisson_default_pubsub() {
         let holder = if kind == "fair" {
             client.fair_lock(name.clone()).lock().await.unwrap()
         } else {
-            client.lock(name.clone()).lock().await.unwrap()
+            client.non_fair_lock(name.clone()).lock().await.unwrap()
         };
         let java_wait = peer.send(&format!("lock {kind} {name} 1 -1"));
         let channel = if kind == "fair" {

@@ -28,7 +28,7 @@ async fn an_acknowledging_replica_lets_the_lock_through_and_has_it() {
     let count: Option<i64> = on_replica.hget("synced", g.owner_field()).unwrap();
     assert_eq!(count, Some(1));
     g.unlock().await.unwrap();
-    let g = c.lock("synced-plain").lock().await.unwrap();
+    let g = c.non_fair_lock("synced-plain").lock().await.unwrap();
     let count: Option<i64> = on_replica.hget("synced-plain", g.owner_field()).unwrap();
     assert_eq!(count, Some(1));
 }
@@ -45,7 +45,7 @@ async fn a_frozen_replica_fails_the_acquisition_and_releases_the_lock() {
         .try_lock(Duration::from_secs(2), None)
         .await;
     let plain = c
-        .lock("unsynced-plain")
+        .non_fair_lock("unsynced-plain")
         .try_lock(Duration::from_secs(2), None)
         .await;
     replica.resume();
@@ -128,7 +128,7 @@ async fn a_sync_that_errors_after_the_grant_gives_the_lock_back() {
         .unwrap();
     for name in ["sync-error", "sync-error-plain"] {
         let err = if name.ends_with("plain") {
-            c.lock(name).lock().await.unwrap_err()
+            c.non_fair_lock(name).lock().await.unwrap_err()
         } else {
             c.fair_lock(name).lock().await.unwrap_err()
         };

@@ -583,7 +583,7 @@ async fn a_name_held_as_a_mutex_is_waited_for_not_written_into() {
     let c = client(&server.url()).await;
     let name = "rw:mixed";
     let mutex = c
-        .lock(name)
+        .non_fair_lock(name)
         .lock_with_lease(Duration::from_millis(600))
         .await
         .unwrap();

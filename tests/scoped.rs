@@ -44,7 +44,7 @@ async fn run_returns_the_output_and_releases_on_both_kinds() {
         .unwrap();
     assert_eq!(out, 7);
     assert!(!fair.is_locked().await.unwrap(), "released after the work");
-    let plain = c.lock("run-plain");
+    let plain = c.non_fair_lock("run-plain");
     let out = plain.run(async { "done" }).await.unwrap();
     assert_eq!(out, "done");
     assert!(!plain.is_locked().await.unwrap());
@@ -89,7 +89,7 @@ async fn run_drops_the_work_the_moment_the_lock_is_lost() {
 
     // Lost to its own lease: at the validity deadline, not later.
     let guard = c
-        .lock("run-lease")
+        .non_fair_lock("run-lease")
         .lock_with_lease(Duration::from_millis(200))
         .await
         .unwrap();
@@ -141,7 +141,7 @@ async fn a_lost_signal_reaches_spawned_subtasks_on_loss_and_on_release() {
     guard.unlock().await.unwrap();
     let reason = joined(waiting, Duration::from_secs(5), "told of the unlock").await;
     assert_eq!(reason, LostReason::Released);
-    let guard = c.lock("signal-2").lock().await.unwrap();
+    let guard = c.non_fair_lock("signal-2").lock().await.unwrap();
     let signal = guard.lost_signal();
     assert!(!signal.is_lost());
     drop(guard);
@@ -176,7 +176,7 @@ async fn extend_lengthens_a_fixed_lease_and_never_shortens_one() {
         .unwrap();
     assert!(try_other.is_none());
     // A watchdog hold is not extended; a bad lease is refused.
-    let watchdog = c.lock("ext-wd").lock().await.unwrap();
+    let watchdog = c.non_fair_lock("ext-wd").lock().await.unwrap();
     assert!(watchdog
         .extend(Duration::from_secs(1))
         .await

@@ -67,9 +67,9 @@ async fn fair_locks_work_on_the_master_sentinel_names() {
     assert!(!m.exists::<_, bool>("s-fifo").unwrap());
 
     // The non-fair lock too: a waiter on the other client is woken by the release message.
-    let plain = a.lock("s-plain").lock().await.unwrap();
+    let plain = a.non_fair_lock("s-plain").lock().await.unwrap();
     let waiter = {
-        let lock = b.lock("s-plain");
+        let lock = b.non_fair_lock("s-plain");
         tokio::spawn(async move { lock.lock().await })
     };
     wait_until(Duration::from_secs(10), "the waiter subscribed", || {

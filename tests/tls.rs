@@ -1,6 +1,17 @@
 //! TLS with certificates of one's own (crate feature `tls-rustls`): a `redis::Client` built with
 //! a private CA and a client certificate carries the command and the subscription connections,
-//! and a client without them is refused.
+//! and a client without them is refused. With `tls-rustls` the application installs rustls's
+//! crypto provider, as each test here does first (nextest runs each test in its own process);
+//! fairlock keeps the one installed (`tests/tls_ring.rs`: what `tls-rustls-ring` does when none is).
+
+/// What an application using `tls-rustls` does once, before it connects: installs rustls's
+/// crypto provider (here ring; aws-lc-rs works the same). Returns the provider installed.
+fn install_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    rustls::crypto::CryptoProvider::get_default()
+        .expect("a provider is installed")
+        .clone()
+}
 
 use std::time::Duration;
 
@@ -23,6 +34,7 @@ fn named(server: &support::RedisServer, name: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_with_its_own_ca_and_client_certificate_locks_and_waits_over_tls() {
+    let provider = install_provider();
     let tls = TlsFiles::generate();
     let (server, tls_port) = tls.start_server(true);
     let url = format!("rediss://127.0.0.1:{tls_port}");
@@ -42,6 +54,11 @@ async fn a_client_with_its_own_ca_and_client_certificate_locks_and_waits_over_tl
             .unwrap()
     };
     let (a, b) = (client().await, client().await);
+    // The application's provider is the one in use: fairlock did not replace it.
+    assert!(std::sync::Arc::ptr_eq(
+        rustls::crypto::CryptoProvider::get_default().unwrap(),
+        &provider
+    ));
     let held = a.fair_lock("secured").lock().await.unwrap();
     let waiter = {
         let lock = b.fair_lock("secured");
@@ -91,6 +108,7 @@ async fn a_client_with_its_own_ca_and_client_certificate_locks_and_waits_over_tl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rediss_urls_trust_the_ca_file_named_by_ssl_cert_file() {
+    install_provider();
     // How a private CA reaches connections fairlock opens from URLs alone (a Sentinel's master
     // among them): with `tls-rustls`, the system's roots are loaded by rustls-native-certs, and
     // SSL_CERT_FILE replaces them. (nextest runs every test in its own process, so the variable

@@ -133,7 +133,7 @@ impl Handle {
     pub fn new(client: &Client, name: &str, kind: Kind, holder: Holder) -> Handle {
         match kind {
             Kind::Fair => Handle::Fair(client.fair_lock(name).fenced().with_holder(holder)),
-            Kind::Plain => Handle::Plain(client.lock(name).fenced().with_holder(holder)),
+            Kind::Plain => Handle::Plain(client.non_fair_lock(name).fenced().with_holder(holder)),
             Kind::Read | Kind::Write => {
                 let mut rw = client.read_write_lock(name);
                 if is_preferring_name(name) {
@@ -1061,7 +1061,13 @@ async fn multi_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
     }
     ctx.count("call multi");
     let multi = fairlock::MultiLock::new(members.iter().map(|(name, holder, _)| {
-        fairlock::MultiMember::from(client.0.lock(name.as_str()).fenced().with_holder(*holder))
+        fairlock::MultiMember::from(
+            client
+                .0
+                .non_fair_lock(name.as_str())
+                .fenced()
+                .with_holder(*holder),
+        )
     }));
     let run = async {
         match acq.kind {

@@ -1,259 +1,21 @@
-//! Client configuration: the builder, its defaults and its validation.
-//!
-//! It must never do I/O: every setting is checked by `validate()`, with a typed error, before a
-//! client connects (`Builder::build` lives in `lock/client.rs`).
+//! The client builder: every setting with its default, and `validate()`, which checks them all
+//! with typed errors before any I/O (`Builder::build` lives in `lock/client.rs`).
 
-use std::fmt;
+#[cfg(feature = "cluster")]
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "cluster")]
 use redis::cluster::ClusterClientBuilder;
+#[cfg(feature = "sentinel")]
 use redis::sentinel::SentinelNodeConnectionInfo;
-use redis::{ConnectionInfo, IntoConnectionInfo};
 
+use super::settings::*;
+use super::target::ServerAddr;
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+use super::topology::connection_infos;
+use super::topology::*;
 use crate::error::{Error, Result};
-
-/// The longest duration fairlock sends to Redis (a lease, the watchdog timeout, the waiter
-/// liveness window, the Redisson wait, a timeout): 10^12 ms, about 31.7 years. Longer ones are
-/// refused with [`Error::InvalidArgument`] before any I/O. The limit keeps every number the
-/// scripts compute (server time plus such durations) below 10^14, the largest integer Lua hands
-/// to Redis in plain digits: a larger one is written in exponent form, which `PEXPIRE` rejects,
-/// and a script that failed half way used to leave a key without a TTL (held for ever) or a
-/// queue entry without a deadline.
-pub const MAX_DURATION: Duration = Duration::from_millis(1_000_000_000_000);
-
-/// The shortest lease fairlock accepts: 3 ms. Every hold is trusted until its grant's send time
-/// plus the lease less a drift margin of 1 % + 2 ms (see
-/// [`LockGuard::valid_until`](crate::LockGuard::valid_until)); a lease of 2 ms or less leaves
-/// nothing after that margin, so a grant made with it could never be trusted when it arrives.
-/// Shorter leases are refused with [`Error::InvalidArgument`] before any I/O, for every lock,
-/// semaphore and [`RedLock`](crate::RedLock).
-pub const MIN_LEASE: Duration = Duration::from_millis(3);
-
-/// Default watchdog timeout: the TTL of a lock taken without a lease (Redisson's 30 s).
-pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default liveness window of a queued fair waiter: a waiter whose client stops refreshing its
-/// deadline for this long is purged from the queue.
-pub const DEFAULT_WAITER_LIVENESS: Duration = Duration::from_secs(5);
-/// Default timeout of one Redis command (one round trip).
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
-/// Default timeout for establishing a connection.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// Default tick of the client's timing wheel.
-pub const DEFAULT_TIMER_TICK: Duration = Duration::from_millis(100);
-/// Default number of slots of the client's timing wheel.
-pub const DEFAULT_TIMER_SLOTS: usize = 1024;
-/// Default number of locks renewed (or waiters refreshed) by one script call.
-pub const DEFAULT_BATCH_SIZE: usize = 100;
-/// Default bound of the wait a Redisson client passes to its fair lock: the 5 minutes its
-/// `lock()` uses (Redisson's `threadWaitTime`).
-pub const DEFAULT_REDISSON_WAIT: Duration = Duration::from_secs(300);
-
-/// Which Redis deployment the client talks to, with everything needed to connect to it.
-#[derive(Clone)]
-pub(crate) enum Topology {
-    /// One Redis server (or a master whose replicas the client does not follow). Boxed: with
-    /// redis-rs's TLS support on, a `redis::Client` is several times the size of the others.
-    Standalone(Box<redis::Client>),
-    /// A Redis Cluster.
-    Cluster {
-        /// The seed nodes, or the caller's own cluster client builder.
-        seeds: ClusterSeeds,
-        /// How release messages travel.
-        pubsub: PubSubMode,
-    },
-    /// A master with replicas watched by Redis Sentinel: the client asks the sentinels where the
-    /// master is and follows it through failovers.
-    Sentinel {
-        /// The name the sentinels monitor the master under (`sentinel monitor <name> …`).
-        master_name: String,
-        /// How to reach the sentinels; any one that answers is enough.
-        sentinels: Vec<ConnectionInfo>,
-        /// How to connect to the master (and a promoted replica) the sentinels name.
-        master: SentinelNodeConnectionInfo,
-    },
-}
-
-/// Every item as a connection info (the first malformed one is the error).
-fn connection_infos<I, T>(items: I) -> redis::RedisResult<Vec<ConnectionInfo>>
-where
-    I: IntoIterator<Item = T>,
-    T: IntoConnectionInfo,
-{
-    items
-        .into_iter()
-        .map(IntoConnectionInfo::into_connection_info)
-        .collect()
-}
-
-/// Makes a cluster client builder with the caller's settings (see [`Builder::cluster_client`]).
-pub(crate) type MakeClusterBuilder = Arc<dyn Fn() -> ClusterClientBuilder + Send + Sync>;
-
-/// Where a cluster client starts from.
-#[derive(Clone)]
-pub(crate) enum ClusterSeeds {
-    /// Seed nodes; credentials and TLS come from the first one, as in redis-rs.
-    Nodes(Vec<ConnectionInfo>),
-    /// The caller's builder, made afresh for each of the client's cluster connections.
-    Builder(MakeClusterBuilder),
-}
-
-impl ClusterSeeds {
-    /// A cluster client builder with the caller's settings.
-    pub(crate) fn builder(&self) -> ClusterClientBuilder {
-        match self {
-            ClusterSeeds::Nodes(nodes) => ClusterClientBuilder::new(nodes.iter().cloned()),
-            ClusterSeeds::Builder(make) => make(),
-        }
-    }
-}
-
-impl Topology {
-    /// Whether two topologies name one deployment (a RedLock needs independent masters): the
-    /// same server address, whatever the database (two databases of one server fail together).
-    /// Two cluster clients made by closures are the same only when they share the closure.
-    pub(crate) fn same_deployment(&self, other: &Topology) -> bool {
-        fn addr(info: &ConnectionInfo) -> String {
-            info.addr().to_string()
-        }
-        match (self, other) {
-            (Topology::Standalone(a), Topology::Standalone(b)) => {
-                addr(a.get_connection_info()) == addr(b.get_connection_info())
-            }
-            (Topology::Cluster { seeds: a, .. }, Topology::Cluster { seeds: b, .. }) => {
-                match (a, b) {
-                    (ClusterSeeds::Nodes(a), ClusterSeeds::Nodes(b)) => {
-                        a.iter().any(|x| b.iter().any(|y| addr(x) == addr(y)))
-                    }
-                    (ClusterSeeds::Builder(a), ClusterSeeds::Builder(b)) => Arc::ptr_eq(a, b),
-                    _ => false,
-                }
-            }
-            (
-                Topology::Sentinel {
-                    master_name: a,
-                    sentinels: sa,
-                    ..
-                },
-                Topology::Sentinel {
-                    master_name: b,
-                    sentinels: sb,
-                    ..
-                },
-            ) => a == b && sa.iter().any(|x| sb.iter().any(|y| addr(x) == addr(y))),
-            _ => false,
-        }
-    }
-}
-
-impl fmt::Debug for Topology {
-    // redis-rs's `Debug` of a connection info never shows a password.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Topology::Standalone(client) => f
-                .debug_tuple("Standalone")
-                .field(client.get_connection_info())
-                .finish(),
-            Topology::Cluster { seeds, pubsub } => {
-                let mut s = f.debug_struct("Cluster");
-                match seeds {
-                    ClusterSeeds::Nodes(nodes) => s.field("nodes", nodes),
-                    ClusterSeeds::Builder(_) => s.field("nodes", &"<the caller's cluster builder>"),
-                };
-                s.field("pubsub", pubsub).finish()
-            }
-            Topology::Sentinel {
-                master_name,
-                sentinels,
-                master,
-            } => f
-                .debug_struct("Sentinel")
-                .field("master_name", master_name)
-                .field("sentinels", sentinels)
-                .field("master", master)
-                .finish(),
-        }
-    }
-}
-
-/// How release messages travel on a Redis Cluster ([PROTOCOL 5]). Sharded and classic pub/sub do
-/// not hear each other, so every client of one lock, Java ones included, must use the same mode.
-/// Outside a cluster messages always use classic `PUBLISH` / `SUBSCRIBE`.
-///
-/// [PROTOCOL 5]: crate::protocol
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum PubSubMode {
-    /// Sharded on a Redis 7+ cluster, classic on an older one: what Redisson does by default.
-    #[default]
-    Auto,
-    /// `SPUBLISH` / `SSUBSCRIBE` (Redis 7+): a message travels only within the shard that owns
-    /// the lock's slot, and a waiter listens on that shard's master.
-    Sharded,
-    /// `PUBLISH` / `SUBSCRIBE`: every message is broadcast over the cluster bus to every node.
-    Classic,
-}
-
-/// What an acquisition does when replica sync is on and no replica acknowledged the lock write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SyncFailure {
-    /// Release what was just taken and return [`Error::ReplicasNotSynced`].
-    Error,
-    /// Release what was just taken and try again (within the caller's wait), as Redisson does.
-    Retry,
-}
-
-/// Replica sync settings (see [`Builder::replica_sync`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ReplicaSync {
-    pub(crate) timeout: Duration,
-    pub(crate) on_failure: SyncFailure,
-}
-
-/// Credentials for the master (and replicas) behind Sentinel; the password never shows in
-/// `Debug` output.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct MasterAuth {
-    pub(crate) username: Option<String>,
-    pub(crate) password: String,
-}
-
-impl MasterAuth {
-    /// The master connection these credentials stand for (plain TCP, database 0).
-    fn node_info(&self) -> SentinelNodeConnectionInfo {
-        let mut info = redis::RedisConnectionInfo::default().set_password(&self.password);
-        if let Some(user) = &self.username {
-            info = info.set_username(user);
-        }
-        SentinelNodeConnectionInfo::default().set_redis_connection_info(info)
-    }
-}
-
-impl fmt::Debug for MasterAuth {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MasterAuth")
-            .field("username", &self.username)
-            .field("password", &"***")
-            .finish()
-    }
-}
-
-/// Validated settings shared by everything a client runs.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) topology: Topology,
-    pub(crate) watchdog_timeout: Duration,
-    pub(crate) waiter_liveness: Duration,
-    pub(crate) command_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) timer_tick: Duration,
-    pub(crate) timer_slots: usize,
-    pub(crate) batch_size: usize,
-    pub(crate) replica_sync: Option<ReplicaSync>,
-    pub(crate) redisson_wait: Duration,
-    pub(crate) metrics_lock_names: bool,
-}
 
 /// Builds a [`Client`](crate::Client) with every knob explicit. Each setter documents its default.
 ///
@@ -273,7 +35,9 @@ pub struct Builder {
     /// A connection setting that could not be turned into a connection info (a malformed URL):
     /// which setter, and why. Reported by `build` as [`Error::InvalidArgument`].
     bad_setting: Option<(&'static str, String)>,
+    #[cfg(feature = "sentinel")]
     master_auth: Option<MasterAuth>,
+    #[cfg(feature = "sentinel")]
     master_connection: Option<SentinelNodeConnectionInfo>,
     pubsub: PubSubMode,
     watchdog_timeout: Duration,
@@ -293,7 +57,9 @@ impl Default for Builder {
         Builder {
             topology: None,
             bad_setting: None,
+            #[cfg(feature = "sentinel")]
             master_auth: None,
+            #[cfg(feature = "sentinel")]
             master_connection: None,
             pubsub: PubSubMode::Auto,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
@@ -324,8 +90,11 @@ impl Builder {
     /// One of the topology setters is required; the last call wins. A malformed URL is reported
     /// by [`build`](Self::build) as [`Error::InvalidArgument`] (before any I/O).
     #[must_use = "builder methods return the changed value; the original is unchanged"]
-    pub fn standalone(self, info: impl IntoConnectionInfo) -> Self {
-        let client = redis::Client::open(info).map(|c| Topology::Standalone(Box::new(c)));
+    pub fn standalone(self, info: impl ServerAddr) -> Self {
+        let client = info
+            .into_connection_info()
+            .and_then(redis::Client::open)
+            .map(|c| Topology::Standalone(Box::new(c)));
         self.set_topology("standalone", client)
     }
 
@@ -383,10 +152,12 @@ impl Builder {
     /// # }
     /// ```
     #[must_use = "builder methods return the changed value; the original is unchanged"]
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster<I, T>(self, nodes: I) -> Self
     where
         I: IntoIterator<Item = T>,
-        T: IntoConnectionInfo,
+        T: ServerAddr,
     {
         let pubsub = self.pubsub;
         let cluster = connection_infos(nodes).map(|nodes| Topology::Cluster {
@@ -416,6 +187,8 @@ impl Builder {
     /// # Ok(()) }
     /// ```
     #[must_use = "builder methods return the changed value; the original is unchanged"]
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster_client(
         self,
         make: impl Fn() -> ClusterClientBuilder + Send + Sync + 'static,
@@ -463,10 +236,12 @@ impl Builder {
     /// # }
     /// ```
     #[must_use = "builder methods return the changed value; the original is unchanged"]
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub fn sentinel<I, T>(self, master_name: impl Into<String>, sentinels: I) -> Self
     where
         I: IntoIterator<Item = T>,
-        T: IntoConnectionInfo,
+        T: ServerAddr,
     {
         let sentinel = connection_infos(sentinels).map(|sentinels| Topology::Sentinel {
             master_name: master_name.into(),
@@ -523,6 +298,8 @@ impl Builder {
     /// # Ok(()) }
     /// ```
     #[must_use = "builder methods return the changed value; the original is unchanged"]
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub fn sentinel_master_connection(mut self, master: SentinelNodeConnectionInfo) -> Self {
         self.master_connection = Some(master);
         self
@@ -535,6 +312,8 @@ impl Builder {
     /// [`sentinel_master_connection`](Self::sentinel_master_connection), which also sets TLS and
     /// the database.
     #[must_use = "builder methods return the changed value; the original is unchanged"]
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub fn sentinel_master_auth(
         mut self,
         username: Option<&str>,
@@ -552,6 +331,7 @@ impl Builder {
     #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn pubsub_mode(mut self, mode: PubSubMode) -> Self {
         self.pubsub = mode;
+        #[cfg(feature = "cluster")]
         if let Some(Topology::Cluster { pubsub, .. }) = &mut self.topology {
             *pubsub = mode;
         }
@@ -670,19 +450,23 @@ impl Builder {
         if let Some((argument, reason)) = &self.bad_setting {
             return Err(Error::invalid_argument(argument, reason.clone()));
         }
+        #[allow(unused_mut)] // changed only for Sentinel
         let mut topology = self.topology.clone().ok_or_else(|| {
             Error::invalid_argument(
                 "topology",
                 "call .standalone(url), .cluster(nodes) or .sentinel(name, sentinels) before .build()",
             )
         })?;
+        #[cfg(feature = "sentinel")]
         let sentinel_only = |argument: &'static str| {
             Error::invalid_argument(
                 argument,
                 "only applies to .sentinel(..); put credentials in the URL otherwise",
             )
         };
+        #[allow(unreachable_patterns)] // without the cluster and sentinel features
         match &mut topology {
+            #[cfg(feature = "cluster")]
             Topology::Cluster {
                 seeds: ClusterSeeds::Nodes(nodes),
                 ..
@@ -692,18 +476,21 @@ impl Builder {
                     "needs at least one seed node",
                 ));
             }
+            #[cfg(feature = "sentinel")]
             Topology::Sentinel { master_name, .. } if master_name.is_empty() => {
                 return Err(Error::invalid_argument(
                     "sentinel",
                     "the master name is empty",
                 ));
             }
+            #[cfg(feature = "sentinel")]
             Topology::Sentinel { sentinels, .. } if sentinels.is_empty() => {
                 return Err(Error::invalid_argument(
                     "sentinel",
                     "needs at least one sentinel",
                 ));
             }
+            #[cfg(feature = "sentinel")]
             Topology::Sentinel { master, .. } => match (&self.master_auth, &self.master_connection)
             {
                 (Some(_), Some(_)) => {
@@ -716,12 +503,12 @@ impl Builder {
                 (None, Some(info)) => *master = info.clone(),
                 (None, None) => {}
             },
-            Topology::Standalone(_) | Topology::Cluster { .. } if self.master_auth.is_some() => {
+            #[cfg(feature = "sentinel")]
+            _ if self.master_auth.is_some() => {
                 return Err(sentinel_only("sentinel_master_auth"));
             }
-            Topology::Standalone(_) | Topology::Cluster { .. }
-                if self.master_connection.is_some() =>
-            {
+            #[cfg(feature = "sentinel")]
+            _ if self.master_connection.is_some() => {
                 return Err(sentinel_only("sentinel_master_connection"));
             }
             _ => {}
@@ -782,55 +569,12 @@ impl Builder {
     }
 }
 
-/// The drift margin subtracted from a lease before the local validity deadline: 1 % + 2 ms, as
-/// Redlock uses for clock drift between client and server.
-pub(crate) fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
-
-/// Converts a lease to whole milliseconds for Redis, as [`duration_ms`] does, and refuses one
-/// that leaves no validity after its drift margin (under [`MIN_LEASE`]): a grant made with it
-/// could never be trusted, and a call would retry it until its wait ran out.
-pub(crate) fn lease_ms(argument: &'static str, lease: Duration) -> Result<i64> {
-    let ms = duration_ms(argument, lease)?;
-    if lease < MIN_LEASE {
-        return Err(Error::invalid_argument(
-            argument,
-            format!(
-                "{lease:?} leaves no validity after the drift margin of {:?} (the shortest lease is {MIN_LEASE:?})",
-                drift(lease)
-            ),
-        ));
-    }
-    Ok(ms)
-}
-
-/// Converts a duration to whole milliseconds for Redis, rejecting zero and values beyond `i64` ms.
-pub(crate) fn duration_ms(argument: &'static str, d: Duration) -> Result<i64> {
-    let ms = d.as_millis();
-    if ms == 0 {
-        return Err(Error::invalid_argument(
-            argument,
-            format!("{d:?} is shorter than one millisecond"),
-        ));
-    }
-    if d > MAX_DURATION {
-        return Err(Error::invalid_argument(
-            argument,
-            format!(
-                "{d:?} is longer than the longest duration sent to Redis ({:?})",
-                MAX_DURATION
-            ),
-        ));
-    }
-    Ok(ms as i64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
+    #[cfg(all(feature = "cluster", feature = "sentinel"))]
     fn redacts_passwords() {
         let b = Builder::new().standalone("redis://u:pw@h:1");
         assert!(!format!("{b:?}").contains("pw"));
@@ -846,6 +590,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "sentinel")]
     fn sentinel_needs_a_name_and_a_sentinel() {
         let empty: [&str; 0] = [];
         let err = Builder::new().sentinel("m", empty).validate().unwrap_err();
@@ -866,6 +611,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "sentinel")]
     fn one_server_in_two_databases_is_one_deployment() {
         let topology = |url: &str| Builder::new().standalone(url).validate().unwrap().topology;
         let (a, b) = (topology("redis://h:1/0"), topology("redis://h:1/3"));
@@ -880,6 +626,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "sentinel")]
     fn a_malformed_url_is_kept_until_build_and_a_later_good_one_replaces_it() {
         let err = Builder::new()
             .standalone("nonsense")
@@ -900,6 +647,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "cluster")]
     fn pubsub_mode_applies_in_either_order() {
         let want = |b: Builder| match b.validate().unwrap().topology {
             Topology::Cluster { pubsub, .. } => pubsub,
@@ -933,9 +681,14 @@ mod tests {
             ok.clone().timer_slots(0),
             ok.clone().batch_size(0),
             ok.clone().command_timeout(Duration::from_nanos(10)),
-            Builder::new().cluster(Vec::<String>::new()),
         ] {
             assert!(b.validate().unwrap_err().is_invalid_input());
         }
+        #[cfg(feature = "cluster")]
+        assert!(Builder::new()
+            .cluster(Vec::<String>::new())
+            .validate()
+            .unwrap_err()
+            .is_invalid_input());
     }
 }
