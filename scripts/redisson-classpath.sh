@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Finds the real Redisson client for tests/redisson_interop.rs, compiles the Java peer
+# Finds the real Redisson client for tests/redisson_interop*.rs, compiles the Java peer
 # (interop/redisson/RedissonPeer.java) against it when the source or the classpath changed, and
 # prints the peer's runtime classpath on stdout (everything else goes to stderr).
 #

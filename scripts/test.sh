@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, docs and the paths they cite, the library's features one
 # at a time, a publish dry run, unit + integration tests against real redis-server processes and
-# the real Redisson client (tests/redisson_interop.rs), doc tests. Installs redis-server, Java,
+# the real Redisson client (tests/redisson_interop*.rs), doc tests. Installs redis-server, Java,
 # Redisson's libraries and cargo-hack first when they are missing.
 #
 # The integration tests run once per tested server (testkit/src/lib.rs, README "Tested servers"):
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install-redis.sh
 echo "== servers (Redis 6.2, Valkey 8)"
 bash scripts/install-servers.sh
-echo "== Redisson (for tests/redisson_interop.rs)"
+echo "== Redisson (for tests/redisson_interop*.rs)"
 REDISSON_PEER_CLASSPATH="$(bash scripts/redisson-classpath.sh)"
 export REDISSON_PEER_CLASSPATH
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"

@@ -23,7 +23,7 @@ import org.redisson.config.SubscriptionMode;
 
 /**
  * A Redisson client driven over stdin/stdout by fairlock's interop tests
- * (tests/redisson_interop.rs).
+ * (tests/redisson_interop*.rs).
  *
  * <p>One JVM acts as many lock holders: every lock call names the holder ("thread") id explicitly
  * and uses Redisson's {@code *Async(..., threadId)} API, so a blocking lock of holder 5 and an
