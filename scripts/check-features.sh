@@ -49,3 +49,12 @@ if grep -q '^warning' "$out"; then
   echo "check-features: the library warns in a feature combination (see above)" >&2
   exit 1
 fi
+
+# A build without the `cluster` and `sentinel` features must not compile redis-rs's cluster or
+# sentinel clients (what a standalone user would pay for without using).
+if cargo tree --package fairlock --no-default-features --edges normal,build,features --invert redis 2>/dev/null \
+  | grep -E 'redis feature "(cluster|cluster-async|sentinel)"'; then
+  echo "check-features: a build without cluster/sentinel enables the redis features above" >&2
+  exit 1
+fi
+echo "check-features: without cluster/sentinel, redis-rs builds neither client"
