@@ -1,8 +1,15 @@
 //! Contention: C tasks in two OS processes fight over one lock name, each looping lock → critical
 //! section (`GET` + `SET` of a counter) → unlock → lock again, for a fixed time per C.
 //!
-//! Two locks run the same workload in the same bench run, alternating:
+//! Four locks run the same workload in the same bench run, alternating:
 //!
+//! * **ideal FIFO** (a yardstick, not a usable lock): a ticket lock, the cheapest strict-FIFO
+//!   hand-off Redis allows. Acquire = `INCR NAME:ticket:next` → ticket t, then `BRPOP
+//!   NAME:ticket:turn:t` until the baton is there; release = `LPUSH NAME:ticket:turn:(t+1)` (the
+//!   baton waits in its list when ticket t+1 has not come yet). Every hand-off wakes a waiter
+//!   that sleeps in Redis, as a fair lock's must, and nothing else is paid: no Lua, no owner
+//!   record, no lease, no queue deadlines. One connection per contender (`BRPOP` blocks it);
+//!   `BRPOP` rather than `BLPOP` so that the coordination's `BLPOP`s stay apart in the counts;
 //! * **FairLock**: `client.fair_lock(NAME).lock()` + `guard.unlock()`, one client per process,
 //!   every contender its own tokio task and so its own holder;
 //! * **polling** (a baseline): `SET NAME token NX PX 30000`, retried every 10 ms until it
@@ -23,8 +30,12 @@
 //! p50/p99/max, handoff gap p50/p99 (release → grant of the next holder, when that holder was
 //! already waiting), FIFO inversions (pairs A, B where B called lock() more than 2 ms after A,
 //! while A was still waiting, and B was granted first), Jain's fairness index over the
-//! contenders' acquisition counts, and Redis commands and round trips (`INFO commandstats` calls,
-//! `total_reads_processed`) per acquisition, with the critical section's two commands subtracted.
+//! contenders' acquisition counts, Redis commands and round trips (`INFO commandstats` calls,
+//! `total_reads_processed`) per acquisition, with the critical section's two commands subtracted,
+//! and CPU per acquisition: the server's (`INFO cpu` `used_cpu_sys` + `used_cpu_user`, all its
+//! threads) and the clients' (user + system time of both bench processes over the run, from
+//! `/proc/self/stat`, 10 ms ticks; the bench's own loop and records included, the same for every
+//! lock).
 //!
 //! `cargo bench --bench contended` (10 s per run, about 70 s); `FAIRLOCK_BENCH_QUICK=1` or
 //! `-- --quick` for 1 s per run. `FAIRLOCK_BENCH_SECS=N` sets the run length.
@@ -65,6 +76,7 @@ const POLL_UNLOCK: &str = include_str!("lua/poll_unlock.lua");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Variant {
+    Ticket,
     Fair,
     Polling,
     RandomRetry,
@@ -73,6 +85,7 @@ enum Variant {
 impl Variant {
     fn arg(self) -> &'static str {
         match self {
+            Variant::Ticket => "ticket",
             Variant::Fair => "fair",
             Variant::Polling => "polling",
             Variant::RandomRetry => "random",
@@ -81,6 +94,7 @@ impl Variant {
 
     fn from_arg(s: &str) -> Variant {
         match s {
+            "ticket" => Variant::Ticket,
             "fair" => Variant::Fair,
             "polling" => Variant::Polling,
             "random" => Variant::RandomRetry,
@@ -90,6 +104,7 @@ impl Variant {
 
     fn label(self) -> &'static str {
         match self {
+            Variant::Ticket => "ideal FIFO (ticket: INCR + BRPOP)",
             Variant::Fair => "FairLock",
             Variant::Polling => "polling SET NX (10 ms)",
             Variant::RandomRetry => "SET NX, random 0–200 ms retry",
@@ -198,6 +213,17 @@ async fn start_contenders(
             }
             Some(client)
         }
+        Variant::Ticket => {
+            for i in 0..count {
+                // BRPOP blocks its connection: one per contender, without a response timeout
+                // (every BRPOP passes LOCK_TIMEOUT to Redis).
+                let own = common::admin_conn(url).await;
+                let (cs, plan) = (cs.clone(), plan.clone());
+                let id = first_id + i as u32;
+                handles.push(tokio::spawn(ticket_contender(own, cs, id, plan)));
+            }
+            None
+        }
         Variant::Polling | Variant::RandomRetry => {
             let locks = common::manager(url).await;
             for i in 0..count {
@@ -264,6 +290,60 @@ async fn fair_contender(
             .unlock()
             .await
             .unwrap_or_else(|e| panic!("contender {id}: unlock() failed: {e}"));
+        records.push(Record {
+            contender: id,
+            issue,
+            grant,
+            release,
+        });
+    }
+    records
+}
+
+const TICKET_NEXT: &str = "bench:contended:ticket:next";
+
+fn ticket_turn(ticket: i64) -> String {
+    format!("bench:contended:ticket:turn:{ticket}")
+}
+
+/// The ideal FIFO yardstick: take a ticket, wait for the baton in the ticket's list, pass it on.
+async fn ticket_contender(
+    mut own: MultiplexedConnection,
+    mut cs: ConnectionManager,
+    id: u32,
+    plan: watch::Receiver<Option<Plan>>,
+) -> Vec<Record> {
+    let plan = wait_for_plan(plan).await;
+    let mut records = Vec::new();
+    while records.len() < MAX_ACQUISITIONS {
+        let issue = common::now_us();
+        if issue >= plan.stop_us {
+            break;
+        }
+        let ticket: i64 = redis::cmd("INCR")
+            .arg(TICKET_NEXT)
+            .query_async(&mut own)
+            .await
+            .expect("INCR ticket");
+        let baton: Option<(String, String)> = redis::cmd("BRPOP")
+            .arg(ticket_turn(ticket))
+            .arg(LOCK_TIMEOUT.as_secs_f64())
+            .query_async(&mut own)
+            .await
+            .expect("BRPOP turn");
+        assert!(
+            baton.is_some(),
+            "contender {id}: ticket {ticket} waited over {LOCK_TIMEOUT:?}"
+        );
+        let grant = common::now_us();
+        critical_section(&mut cs).await;
+        let release = common::now_us();
+        let _: i64 = redis::cmd("LPUSH")
+            .arg(ticket_turn(ticket + 1))
+            .arg(1)
+            .query_async(&mut own)
+            .await
+            .expect("LPUSH baton");
         records.push(Record {
             contender: id,
             issue,
@@ -384,15 +464,18 @@ async fn worker() {
         start_us: start.parse().expect("start"),
         stop_us: stop.parse().expect("stop"),
     };
+    let cpu_start = common::cpu_time();
     tx.send_replace(Some(plan));
     let (records, client) = join_all(side).await;
+    let cpu = common::cpu_time() - cpu_start;
     common::rpush(&mut admin, &lists.done, "1").await;
     // Stay connected until the main process has read the server counters.
     common::blpop(&mut admin, &lists.exit, COORDINATION_TIMEOUT, "the end").await;
     if let Some(client) = client {
         client.shutdown().await;
     }
-    let mut out = String::with_capacity(records.len() * 48);
+    let mut out = String::with_capacity(records.len() * 48 + 32);
+    out.push_str(&format!("CPU {}\n", cpu.as_micros()));
     for r in records {
         out.push_str(&r.to_line());
         out.push('\n');
@@ -408,7 +491,7 @@ fn parent() {
     let duration = common::run_secs(1.0, 10.0);
     common::header("contended", quick);
     println!(
-        "C = {CONTENDERS:?} contenders split over 2 processes, {duration:?} per run, the two SET NX baselines then FairLock per C"
+        "C = {CONTENDERS:?} contenders split over 2 processes, {duration:?} per run, the ideal FIFO ticket lock, the two SET NX baselines, then FairLock per C"
     );
     let server = support::RedisServer::start();
     let url = server.url();
@@ -416,7 +499,12 @@ fn parent() {
         let mut admin = common::admin_conn(&url).await;
         let mut results = Vec::new();
         for c in CONTENDERS {
-            for variant in [Variant::Polling, Variant::RandomRetry, Variant::Fair] {
+            for variant in [
+                Variant::Ticket,
+                Variant::Polling,
+                Variant::RandomRetry,
+                Variant::Fair,
+            ] {
                 let r = run_once(&url, &mut admin, variant, c, duration).await;
                 eprintln!(
                     "  {} C={c}: {:.0} acq/s, {} acquisitions, counter ok",
@@ -450,6 +538,13 @@ struct Outcome {
     /// Per acquisition, the critical section's GET + SET excluded.
     commands: f64,
     round_trips: f64,
+    /// Server CPU per acquisition (µs).
+    redis_cpu_us: f64,
+    /// Both bench processes' CPU per acquisition (µs).
+    client_cpu_us: f64,
+    /// Per command (scripts' inner commands included): calls and server µs per acquisition,
+    /// most calls first; coordination and the critical section included.
+    breakdown: Vec<(String, f64, f64)>,
 }
 
 async fn run_once(
@@ -466,6 +561,15 @@ async fn run_once(
         .query_async(admin)
         .await
         .expect("SET counter");
+    if variant == Variant::Ticket {
+        // The baton for the first ticket (INCR returns 1 first).
+        let _: i64 = redis::cmd("LPUSH")
+            .arg(ticket_turn(1))
+            .arg(1)
+            .query_async(admin)
+            .await
+            .expect("LPUSH first baton");
+    }
     let run = format!("{}-{contenders}-{}", variant.arg(), common::now_us());
     let lists = Lists::new(&run);
     let mine = contenders.div_ceil(2);
@@ -504,8 +608,10 @@ async fn run_once(
         &format!("{},{}", plan.start_us, plan.stop_us),
     )
     .await;
+    let cpu_start = common::cpu_time();
     tx.send_replace(Some(plan));
     let (mut records, client) = join_all(side).await;
+    let main_cpu = common::cpu_time() - cpu_start;
     common::blpop(
         admin,
         &lists.done,
@@ -517,6 +623,10 @@ async fn run_once(
     common::rpush(admin, &lists.exit, "1").await;
     let out = common::finish_child(child, COORDINATION_TIMEOUT, "contended helper").await;
     records.extend(out.lines().filter_map(Record::from_line));
+    let helper_cpu_us: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("CPU "))
+        .map_or(0, |v| v.parse().expect("helper CPU"));
     if let Some(client) = client {
         client.shutdown().await;
     }
@@ -557,14 +667,26 @@ async fn run_once(
         .saturating_sub(2);
     let reads = delta.reads.saturating_sub(4);
     let per_acq = |n: u64| n as f64 / total.max(1) as f64 - 2.0;
-    analyse(
+    let mut outcome = analyse(
         variant,
         contenders,
         plan,
         &records,
         per_acq(commands),
         per_acq(reads),
-    )
+    );
+    let per = |us: u64| us as f64 / total.max(1) as f64;
+    outcome.redis_cpu_us = per(delta.cpu_us);
+    outcome.client_cpu_us = per(main_cpu.as_micros() as u64 + helper_cpu_us);
+    let mut breakdown: Vec<(String, f64, f64)> = delta
+        .commands
+        .iter()
+        .filter(|(_, st)| st.calls > 0)
+        .map(|(name, st)| (name.clone(), per(st.calls), per(st.usec)))
+        .collect();
+    breakdown.sort_by(|a, b| b.1.total_cmp(&a.1));
+    outcome.breakdown = breakdown;
+    outcome
 }
 
 /// Every figure of one run from its records (sorted by grant time).
@@ -637,6 +759,9 @@ fn analyse(
         jain,
         commands,
         round_trips,
+        redis_cpu_us: 0.0,
+        client_cpu_us: 0.0,
+        breakdown: Vec::new(),
     }
 }
 
@@ -647,9 +772,9 @@ fn ms(us: u64) -> String {
 fn report(results: &[Outcome]) {
     println!();
     println!(
-        "| lock | C | acq/s | wait p50 ms | wait p99 ms | wait max ms | hold p50 ms | handoff p50 ms | handoff p99 ms | FIFO inversions (overtaking acq.) | Jain | cmds/acq | round trips/acq |"
+        "| lock | C | acq/s | wait p50 ms | wait p99 ms | wait max ms | hold p50 ms | handoff p50 ms | handoff p99 ms | FIFO inversions (overtaking acq.) | Jain | cmds/acq | round trips/acq | Redis CPU µs/acq | client CPU µs/acq |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in results {
         let handoff = |p| {
             if r.handoff_us.is_empty() {
@@ -659,7 +784,7 @@ fn report(results: &[Outcome]) {
             }
         };
         println!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} ({}) | {:.3} | {:.1} | {:.2} |",
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} ({}) | {:.3} | {:.1} | {:.2} | {:.0} | {:.0} |",
             r.variant.label(),
             r.contenders,
             r.rate,
@@ -674,11 +799,13 @@ fn report(results: &[Outcome]) {
             r.jain,
             r.commands,
             r.round_trips,
+            r.redis_cpu_us,
+            r.client_cpu_us,
         );
     }
     println!();
     println!("hold = grant → release (the critical section, GET + SET); handoff = release → grant of a holder that was already waiting.");
-    println!("cmds/acq and round trips/acq exclude the critical section's GET + SET (2 + 2).");
+    println!("cmds/acq and round trips/acq exclude the critical section's GET + SET (2 + 2); CPU per acquisition includes them (and, on the client side, the bench's own loop).");
     let find = |variant, c| {
         results
             .iter()
@@ -709,5 +836,57 @@ fn report(results: &[Outcome]) {
         for (what, ok) in checks {
             println!("  {what}: {}", if ok { "met" } else { "MISSED" });
         }
+    }
+    // Issue 36: against the ideal FIFO hand-off, in the same run.
+    if let (Some(r), Some(ideal)) = (find(Variant::Fair, 64), find(Variant::Ticket, 64)) {
+        let p50 = |o: &Outcome| common::percentile(&o.handoff_us, 50.0) as f64 / 1e3;
+        println!(
+            "FairLock C=64 against the ideal FIFO: {:.2}× its acq/s, handoff p50 {:.3} vs {:.3} ms, Redis CPU {:.2}×, client CPU {:.2}×, {:.1} vs {:.1} cmds/acq",
+            r.rate / ideal.rate,
+            p50(r),
+            p50(ideal),
+            r.redis_cpu_us / ideal.redis_cpu_us,
+            r.client_cpu_us / ideal.client_cpu_us,
+            r.commands,
+            ideal.commands
+        );
+        let checks = [
+            ("acq/s ≥ 0.9× ideal FIFO", r.rate >= 0.9 * ideal.rate),
+            ("handoff p50 ≤ ideal + 0.03 ms", p50(r) <= p50(ideal) + 0.03),
+            (
+                "Redis CPU/acq ≤ 1.5× ideal",
+                r.redis_cpu_us <= 1.5 * ideal.redis_cpu_us,
+            ),
+            (
+                "client CPU/acq ≤ 1.5× ideal",
+                r.client_cpu_us <= 1.5 * ideal.client_cpu_us,
+            ),
+            ("≤ 12 cmds/acq", r.commands <= 12.0),
+        ];
+        println!("targets (issue 36), FairLock C=64:");
+        for (what, ok) in checks {
+            println!("  {what}: {}", if ok { "met" } else { "MISSED" });
+        }
+    }
+    for c in [1, 64] {
+        for variant in [Variant::Ticket, Variant::Fair] {
+            let Some(r) = find(variant, c) else { continue };
+            let parts: Vec<String> = r
+                .breakdown
+                .iter()
+                .map(|(name, calls, usec)| format!("{name} {calls:.2} ({usec:.1} µs)"))
+                .collect();
+            println!(
+                "commands per acquisition, {} C={c} (server µs; coordination and critical section included): {}",
+                r.variant.label(),
+                parts.join(", ")
+            );
+        }
+    }
+    if let (Some(r), Some(ideal)) = (find(Variant::Fair, 1), find(Variant::Ticket, 1)) {
+        println!(
+            "FairLock C=1: {:.2}× the ideal FIFO's acq/s",
+            r.rate / ideal.rate
+        );
     }
 }

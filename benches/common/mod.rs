@@ -130,6 +130,9 @@ pub struct Info {
     /// `INFO stats` `total_reads_processed`: read events on client sockets, i.e. round trips as
     /// the server sees them (pipelined commands that arrive together are one read).
     pub reads: u64,
+    /// `INFO cpu` `used_cpu_sys` + `used_cpu_user`: the server process's CPU time (all its
+    /// threads) in µs. Not reset by `CONFIG RESETSTAT`: read it as a difference ([`Info::since`]).
+    pub cpu_us: u64,
 }
 
 impl Info {
@@ -153,6 +156,11 @@ impl Info {
                 info.commands.insert(name.to_ascii_lowercase(), stat);
             } else if let Some(v) = line.strip_prefix("total_reads_processed:") {
                 info.reads = v.parse().unwrap_or(0);
+            } else if let Some(v) = line
+                .strip_prefix("used_cpu_sys:")
+                .or_else(|| line.strip_prefix("used_cpu_user:"))
+            {
+                info.cpu_us += (v.parse::<f64>().unwrap_or(0.0) * 1e6) as u64;
             }
         }
         info
@@ -183,6 +191,7 @@ impl Info {
         Info {
             commands,
             reads: self.reads.saturating_sub(before.reads),
+            cpu_us: self.cpu_us.saturating_sub(before.cpu_us),
         }
     }
 
@@ -203,11 +212,12 @@ impl Info {
     }
 }
 
-/// Reads `INFO commandstats stats` (one command, one round trip).
+/// Reads `INFO commandstats stats cpu` (one command, one round trip).
 pub async fn info(conn: &mut MultiplexedConnection) -> Info {
     let text: String = redis::cmd("INFO")
         .arg("commandstats")
         .arg("stats")
+        .arg("cpu")
         .query_async(conn)
         .await
         .expect("INFO");
