@@ -3,6 +3,7 @@
 //! not only a client's.
 
 use redis::aio::ConnectionLike;
+use redis::FromRedisValue;
 
 use crate::error::Result;
 use crate::keys::LockKeys;
@@ -23,17 +24,7 @@ pub(crate) async fn force_unlock<C: ConnectionLike + Send>(
     keys: &LockKeys,
     publish: &[&str],
 ) -> Result<RawForceUnlock> {
-    let mut inv = scripts::ADMIN_FORCE_UNLOCK.prepare_invoke();
-    inv.key(keys.name())
-        .key(keys.queue())
-        .key(keys.deadlines())
-        .key(keys.liveness())
-        .key(keys.grants())
-        .arg(keys.channel());
-    for command in publish {
-        inv.arg(*command);
-    }
-    Ok(inv.invoke_async(conn).await?)
+    run(&scripts::ADMIN_FORCE_UNLOCK, conn, keys, publish).await
 }
 
 pub(crate) async fn purge_dead<C: ConnectionLike + Send>(
@@ -41,7 +32,18 @@ pub(crate) async fn purge_dead<C: ConnectionLike + Send>(
     keys: &LockKeys,
     publish: &[&str],
 ) -> Result<RawPurge> {
-    let mut inv = scripts::ADMIN_PURGE_DEAD.prepare_invoke();
+    run(&scripts::ADMIN_PURGE_DEAD, conn, keys, publish).await
+}
+
+/// Both repairs take the fair lock's five keys, its release channel, and the publish commands
+/// the deployment needs (`PUBLISH`, `SPUBLISH`, or both).
+async fn run<C: ConnectionLike + Send, T: FromRedisValue>(
+    script: &scripts::Lua,
+    conn: &mut C,
+    keys: &LockKeys,
+    publish: &[&str],
+) -> Result<T> {
+    let mut inv = script.prepare_invoke();
     inv.key(keys.name())
         .key(keys.queue())
         .key(keys.deadlines())
