@@ -178,7 +178,9 @@ async fn expirable_permits_at_the_limits_of_the_count() {
     let available = |raw: &mut redis::Connection| raw.get::<_, i64>(name).unwrap();
 
     // Released by the guard.
+    let started = Instant::now();
     let all = sem.acquire(max, None).await.unwrap();
+    let one_acquire = started.elapsed();
     assert_eq!(all.count(), max as usize);
     assert_eq!(available(&mut raw), 0);
     assert_eq!(all.release().await.unwrap(), max as usize);
@@ -194,13 +196,18 @@ async fn expirable_permits_at_the_limits_of_the_count() {
     );
 
     // Reclaimed by the next acquire once their lease ran out (one script, chunked removal).
-    let leased = sem
-        .acquire(max, Some(Duration::from_millis(200)))
-        .await
-        .unwrap();
+    // The lease is ten times what taking every permit took above: a grant whose lease runs out
+    // before its reply arrives is given back and asked for again (a debug build under load can
+    // need more than a second for one call with 65,536 ids), which would only slow this down.
+    let lease = (one_acquire * 10).max(Duration::from_millis(500));
+    let leased = sem.acquire(max, Some(lease)).await.unwrap();
     leased.forget();
     let again = sem
-        .try_acquire(max, Duration::from_secs(5), Some(Duration::from_secs(30)))
+        .try_acquire(
+            max,
+            lease + Duration::from_secs(10),
+            Some(Duration::from_secs(30)),
+        )
         .await
         .unwrap()
         .expect("reclaimed after the lease");
