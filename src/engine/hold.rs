@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::lease_ms;
 use crate::engine::driver::{RunToEnd, Work};
-use crate::engine::field::{Held, HoldRef, What};
+use crate::engine::field::{Held, HoldRef, Registered, What};
 use crate::engine::lane::Lane;
 use crate::engine::release::release_logged;
 use crate::engine::validity::LostReason;
@@ -37,9 +37,10 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    /// A hold just registered in `held`'s account (`engine/acquire/grant.rs`).
-    pub(crate) fn new(held: Arc<Held>, gen: u64, hold: HoldRef, token: Option<u64>) -> Self {
-        let epoch = held.guard_made();
+    /// A hold just registered in `held`'s account (`engine/acquire/grant.rs`), already counted
+    /// live at its epoch by the registration.
+    pub(crate) fn new(held: Arc<Held>, registered: Registered, token: Option<u64>) -> Self {
+        let Registered { gen, hold, epoch } = registered;
         Hold {
             held,
             gen,

@@ -425,6 +425,16 @@ impl ChildCtx {
             detail: detail.clone(),
         });
         if let Some(g) = &guard {
+            // A guard that says it is not lost has a deadline still ahead (read in this order:
+            // a deadline that passed is marked lost before any renewal can move it).
+            let deadline = g.valid_until();
+            let now = std::time::Instant::now();
+            if deadline <= now && !g.is_lost() {
+                self.anomaly(format!(
+                    "call {id}: a granted guard is not lost but its deadline passed {:?} ago",
+                    now - deadline
+                ));
+            }
             if g.owner_field() != field {
                 self.anomaly(format!(
                     "call {id}: guard owner field {} but the caller's field is {field}",

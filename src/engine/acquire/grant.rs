@@ -59,7 +59,7 @@ impl Waiter {
             _ => (full, false),
         };
         let registered = turn.register_hold(sent, covered, self.lease, confirm);
-        let Some((gen, hold)) = registered else {
+        let Some(registered) = registered else {
             tracing::warn!(
                 since_sent = ?sent.elapsed(),
                 "a grant reached us after its lease ran out; giving it back"
@@ -71,7 +71,7 @@ impl Waiter {
             release.run().await;
             return Ok(None);
         };
-        let guard = Hold::new(held.clone(), gen, hold, token);
+        let guard = Hold::new(held.clone(), registered, token);
         // A direct grant's short TTL is extended a third of it in, as the watchdog renews a
         // third of its timeout in: a hold released sooner (the common case under contention)
         // costs nothing more.

@@ -32,6 +32,15 @@ impl HoldRef {
     }
 }
 
+/// Where a newly registered guard stands in its field: its generation, which of the account's
+/// holds it is, and the loss epoch it was made at (counted live there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Registered {
+    pub(crate) gen: u64,
+    pub(crate) hold: HoldRef,
+    pub(crate) epoch: u64,
+}
+
 impl FieldTurn {
     fn held(&self) -> &Held {
         self.owner()
@@ -103,20 +112,26 @@ impl FieldTurn {
     /// Registers the hold just granted for a new guard: sent at `sent`, the lock's TTL covering
     /// `covered` from then, with a fixed `lease` or (`None`) the watchdog's; `confirm`: the TTL
     /// is shorter than the hold needs and the watchdog must extend it. `None` when the hold
-    /// could no longer be trusted on arrival (the caller gives it back); else the generation and
-    /// the guard's reference.
+    /// could no longer be trusted on arrival (the caller gives it back); else the new guard's
+    /// [`Registered`] place.
+    ///
+    /// The deadline check, the new validity and the guard's loss epoch are one step under the
+    /// lane's mutex, as of one instant: a guard is never made in an epoch whose deadline had
+    /// already lapsed (it would read as not lost with a deadline in the past, and a later loss
+    /// would report it trusted until then).
     pub(crate) fn register_hold(
         &self,
         sent: Instant,
         covered: Duration,
         lease: Lease,
         confirm: bool,
-    ) -> Option<(u64, HoldRef)> {
+    ) -> Option<Registered> {
         let held = self.held();
         self.with(|a| {
+            let now = Instant::now();
             let own = validity_deadline(sent, covered);
             let trusted = a.validity().map_or(own, |(live, _)| live.max(own));
-            if trusted <= Instant::now() {
+            if trusted <= now {
                 return None;
             }
             let hold = match lease {
@@ -138,8 +153,12 @@ impl FieldTurn {
             if confirm {
                 a.unconfirmed = true;
             }
-            held.revalidate(a);
-            Some((a.gen, hold))
+            held.revalidate_at(a, now);
+            Some(Registered {
+                gen: a.gen,
+                hold,
+                epoch: held.guard_made(),
+            })
         })
     }
 

@@ -133,8 +133,11 @@ impl Held {
         if self.epoch() > epoch {
             return Some(self.loss(epoch).0);
         }
+        // A guard of the current epoch is made only with a deadline in the future (in one step
+        // with its registration), so it always has one; none would mean nothing keeps the lock
+        // for it, and the safe answer is then "lost".
         let v = self.valid_until.load(Ordering::Acquire);
-        (v != 0 && Instant::now() >= from_nanos(v)).then(|| self.validity_reason())
+        (v == 0 || Instant::now() >= from_nanos(v)).then(|| self.validity_reason())
     }
 
     /// Until when a guard made at `epoch` can be trusted.
@@ -187,9 +190,12 @@ impl Held {
     }
 
     fn bump(&self, reason: LostReason, at: Instant) {
+        // The guards of the ending epoch were trusted until their deadline or now, whichever
+        // came first; with no deadline they already read as lost (see `lost_since`), and their
+        // `valid_until` must not move later than what they reported then.
         let until = match self.valid_until() {
-            Some(v) if v < at => v,
-            _ => at,
+            Some(v) => v.min(at),
+            None => from_nanos(0),
         };
         let mut losses = self.losses();
         let live = self.live_now.swap(0, Ordering::Relaxed);
@@ -205,7 +211,12 @@ impl Held {
     /// later grant or renewal never makes a lost guard look valid again. A lapsed deadline is
     /// cleared once it has been marked, so one lapse is marked once.
     pub(super) fn revalidate(&self, account: &Account) {
-        let now = Instant::now();
+        self.revalidate_at(account, Instant::now());
+    }
+
+    /// [`revalidate`](Self::revalidate) as of `now` (a caller that has just checked a deadline
+    /// against `now` passes the same instant, so the two can never disagree).
+    pub(super) fn revalidate_at(&self, account: &Account, now: Instant) {
         let old = self.valid_until.load(Ordering::Acquire);
         let new = account.validity();
         let marked = self.lapse_marked.load(Ordering::Acquire);

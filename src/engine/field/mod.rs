@@ -44,6 +44,6 @@ mod losses;
 mod registry;
 
 pub(crate) use account::What;
-pub(crate) use events::HoldRef;
+pub(crate) use events::{HoldRef, Registered};
 pub(crate) use held::{next_id, FieldTurn, Held};
 pub(crate) use registry::Helds;
