@@ -469,6 +469,10 @@ impl ChildCtx {
     pub async fn release(&self, guard: LockGuard, id: &str, by_drop: bool, lost_logged: bool) {
         let vu = self.clock.ns(guard.valid_until());
         let lost = guard.is_lost();
+        if lost_logged && !lost {
+            // Once lost, always lost: no renewal or grant may make a lost guard valid again.
+            self.anomaly(format!("call {id}: a guard seen lost reads not lost again"));
+        }
         if lost && !lost_logged {
             self.log.log(Event::Lost {
                 id: id.to_owned(),
@@ -980,6 +984,9 @@ async fn sem_round(
         }
     }
     let lost = permits.is_lost();
+    if lost_logged && !lost {
+        ctx.anomaly(format!("call {id}: permits seen lost read not lost again"));
+    }
     if lost && !lost_logged {
         ctx.log.log(Event::Lost {
             id: id.clone(),

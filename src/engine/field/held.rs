@@ -14,7 +14,7 @@ use crate::engine::validity::{validity_deadline, LostReason};
 use crate::keys::LockSpec;
 
 use super::account::Account;
-use super::losses::{from_nanos, to_nanos, LossLog};
+use super::losses::{from_nanos, to_nanos, DeadlineCell, LossLog, Reading};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -40,8 +40,8 @@ pub(crate) struct Held {
     live_now: std::sync::atomic::AtomicU32,
     /// Wakes `lost()` futures on every bump and every change of the validity deadline.
     notify: Notify,
-    /// The validity deadline of the live holds ([`to_nanos`]; 0: none).
-    valid_until: AtomicU64,
+    /// The validity deadline of the live holds (unset: none).
+    valid_until: DeadlineCell,
     /// The watchdog, not a fixed lease, sets `valid_until`.
     valid_by_watchdog: AtomicBool,
     /// The last lapsed deadline marked lost ([`to_nanos`]; 0: none), so one lapse is marked once.
@@ -68,7 +68,7 @@ impl Held {
             losses: Mutex::new(LossLog::default()),
             live_now: std::sync::atomic::AtomicU32::new(0),
             notify: Notify::new(),
-            valid_until: AtomicU64::new(0),
+            valid_until: DeadlineCell::default(),
             valid_by_watchdog: AtomicBool::new(false),
             lapse_marked: AtomicU64::new(0),
             reuse: std::sync::atomic::AtomicU8::new(0),
@@ -129,23 +129,37 @@ impl Held {
     }
 
     /// Why a guard made at `epoch` is lost, if it is.
+    ///
+    /// The deadline is read before the epoch: a revalidation bumps the epoch before it stores
+    /// the next epoch's deadline, so a reader that sees that deadline also sees the bump.
     pub(crate) fn lost_since(&self, epoch: u64) -> Option<LostReason> {
-        if self.epoch() > epoch {
-            return Some(self.loss(epoch).0);
+        loop {
+            let read = self.valid_until.read();
+            if self.epoch() > epoch {
+                return Some(self.loss(epoch).0);
+            }
+            match read.at(Instant::now()) {
+                Reading::Ahead(_) => return None,
+                // A guard of the current epoch is made only with a deadline in the future (in
+                // one step with its registration), so it always has one; none would mean
+                // nothing keeps the lock for it, and the safe answer is then "lost".
+                Reading::Unset => return Some(self.validity_reason()),
+                // Passed: marked so in the cell, so no revalidation can move it on unseen.
+                Reading::Passed(_) if self.valid_until.mark_seen(read) => {
+                    return Some(self.validity_reason())
+                }
+                Reading::Passed(_) => {}
+            }
         }
-        // A guard of the current epoch is made only with a deadline in the future (in one step
-        // with its registration), so it always has one; none would mean nothing keeps the lock
-        // for it, and the safe answer is then "lost".
-        let v = self.valid_until.load(Ordering::Acquire);
-        (v == 0 || Instant::now() >= from_nanos(v)).then(|| self.validity_reason())
     }
 
-    /// Until when a guard made at `epoch` can be trusted.
+    /// Until when a guard made at `epoch` can be trusted (read in the order `lost_since` reads).
     pub(crate) fn valid_until_since(&self, epoch: u64) -> Instant {
+        let read = self.valid_until.read();
         if self.epoch() > epoch {
             return self.loss(epoch).1;
         }
-        from_nanos(self.valid_until.load(Ordering::Acquire))
+        read.deadline().unwrap_or_else(|| from_nanos(0))
     }
 
     fn validity_reason(&self) -> LostReason {
@@ -158,8 +172,7 @@ impl Held {
 
     /// The current validity deadline, if the field has live holds.
     pub(crate) fn valid_until(&self) -> Option<Instant> {
-        let v = self.valid_until.load(Ordering::Acquire);
-        (v != 0).then(|| from_nanos(v))
+        self.valid_until.read().deadline()
     }
 
     /// Waits until the next loss or validity change (for `lost()`), registered before the caller
@@ -217,38 +230,47 @@ impl Held {
     /// [`revalidate`](Self::revalidate) as of `now` (a caller that has just checked a deadline
     /// against `now` passes the same instant, so the two can never disagree).
     pub(super) fn revalidate_at(&self, account: &Account, now: Instant) {
-        let old = self.valid_until.load(Ordering::Acquire);
         let new = account.validity();
-        let marked = self.lapse_marked.load(Ordering::Acquire);
-        let lapsed = if old != 0 && now >= from_nanos(old) {
-            Some((self.validity_reason(), from_nanos(old)))
-        } else {
-            match new {
-                Some((until, by_watchdog)) if until <= now && to_nanos(until) > marked => Some((
-                    if by_watchdog {
-                        LostReason::ValidityExpired
-                    } else {
-                        LostReason::LeaseExpired
-                    },
-                    until,
-                )),
-                _ => None,
-            }
-        };
-        if let Some((reason, until)) = lapsed {
-            self.lapse_marked
-                .fetch_max(to_nanos(until), Ordering::AcqRel);
-            self.bump(reason, until);
-            if account.has_guards() {
-                self.report_lost(reason);
-            }
-        }
-        match new {
+        let next = match new {
             Some((until, by_watchdog)) if until > now => {
                 self.valid_by_watchdog.store(by_watchdog, Ordering::Release);
-                self.valid_until.store(to_nanos(until), Ordering::Release);
+                Some(until)
             }
-            _ => self.valid_until.store(0, Ordering::Release),
+            _ => None,
+        };
+        let marked = self.lapse_marked.load(Ordering::Acquire);
+        loop {
+            let old = self.valid_until.read();
+            let lapsed = match (old.at(now), new) {
+                (Reading::Passed(until), _) => Some((self.validity_reason(), until)),
+                (_, Some((until, by_watchdog))) if until <= now && to_nanos(until) > marked => {
+                    Some((
+                        if by_watchdog {
+                            LostReason::ValidityExpired
+                        } else {
+                            LostReason::LeaseExpired
+                        },
+                        until,
+                    ))
+                }
+                _ => None,
+            };
+            if let Some((reason, until)) = lapsed {
+                self.lapse_marked
+                    .fetch_max(to_nanos(until), Ordering::AcqRel);
+                // The epoch moves before the next deadline is stored (see `lost_since`).
+                self.bump(reason, until);
+                if account.has_guards() {
+                    self.report_lost(reason);
+                }
+                self.valid_until.set(next);
+                break;
+            }
+            // Outside the lane's mutex only `lost_since` changes the cell (it marks a passed
+            // deadline seen): if it did, the next round finds the deadline passed.
+            if self.valid_until.replace(old, next) {
+                break;
+            }
         }
         self.notify.notify_waiters();
     }
@@ -264,7 +286,7 @@ impl Held {
         account.fixed.clear();
         account.unconfirmed = false;
         self.bump(reason, Instant::now());
-        self.valid_until.store(0, Ordering::Release);
+        self.valid_until.set(None);
         if had_guards {
             self.report_lost(reason);
         }

@@ -36,6 +36,9 @@
 //! This module must never: send a release for a hold of an older generation, let a release or
 //! give-up queued by `Drop` run after an operation its task issued later, or move a validity
 //! deadline past a moment at which the guards were already lost without marking them lost first.
+//! The last is kept by the deadline's cell (`losses.rs`), not by timing: a guard that finds the
+//! deadline passed marks it so in the cell, a move replaces only the value it read, and a guard
+//! is registered (check, new deadline, epoch) in one step under the lane's mutex at one instant.
 
 mod account;
 mod events;
