@@ -34,6 +34,10 @@
 --                           when a message or a heartbeat will tell us; now = the server time (ms)
 --                           of this attempt, from which a direct grant's validity is counted.
 -- token = the fencing counter after the grant (0 when not fenced).
+-- A hold taken up gets a new token all the same: the hold found may be one an ended call of this
+-- holder left behind (its release never reached Redis), whose guard was handed the token of its
+-- grant; no two guards may ever show the same token. (A hold a lost reply hid skips the token
+-- its grant drew, which nobody saw.)
 --
 -- Unlike RFairLock, taking the lock does not shift every other deadline (PROTOCOL 7, O(1) hot path):
 -- our waiters refresh their own deadlines, and an unshifted Redisson deadline only makes it more
@@ -102,7 +106,7 @@ end
 
 if held == expected + 1 then
   extend()
-  return {2, held, fenced and (tonumber(redis.call('GET', token_key)) or 0) or 0}
+  return {2, held, fenced and redis.call('INCR', token_key) or 0}
 end
 
 -- A waiter that is still waiting but is no longer queued, and whose tombstone is in L, was purged

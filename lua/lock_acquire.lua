@@ -11,6 +11,10 @@
 --                          attempt (or one whose reply was lost) took it; taken up, not added,
 --        {0, 0, pttl}      held by someone else; pttl is the holder's remaining TTL (-1: no expiry).
 -- token = the fencing counter after the grant (0 when not fenced).
+-- A hold taken up gets a new token all the same: the hold found may be one an ended call of this
+-- holder left behind (its release never reached Redis), whose guard was handed the token of its
+-- grant; no two guards may ever show the same token. (A hold a lost reply hid skips the token
+-- its grant drew, which nobody saw.)
 
 local name, token_key = KEYS[1], KEYS[2]
 local lease, field, expected = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
@@ -26,7 +30,7 @@ end
 
 if held == expected + 1 then
   extend()
-  return {2, held, fenced and (tonumber(redis.call('GET', token_key)) or 0) or 0}
+  return {2, held, fenced and redis.call('INCR', token_key) or 0}
 end
 if held > 0 or redis.call('EXISTS', name) == 0 then
   local count = redis.call('HINCRBY', name, field, 1)

@@ -17,6 +17,8 @@
 --        writer-preferring queue has us wait); {-2, 0, 0} refused: we hold it for reading only,
 --        and a writer would wait for ever behind our own read holds (Redisson's upgrade
 --        self-deadlock).
+--        A hold taken up gets a new token (when fenced) all the same: it may be one an ended
+--        call of this holder left behind, whose guard was handed its grant's token.
 
 local name, token_key = KEYS[1], KEYS[2]
 local q = {queue = KEYS[3], writers = KEYS[4], live = KEYS[5], seq = KEYS[6]}
@@ -43,7 +45,7 @@ if other_kind then
 end
 if held > 0 and held == expected + 1 then
   extend()
-  return {2, held, fenced and (tonumber(redis.call('GET', token_key)) or 0) or 0}
+  return {2, held, token()}
 end
 if mode == 'read' and redis.call('HEXISTS', name, read_field) == 1 then
   return {-2, 0, 0}

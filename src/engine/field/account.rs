@@ -125,6 +125,19 @@ impl Account {
     }
 }
 
+/// The TTL (ms) a release sets, or -1 to leave it alone: what the holds still counted need
+/// ([`Account::remaining_ttl_ms`]), but only from the last release waiting in the line. A guard
+/// whose release still waits has left the account, yet its hold is in Redis until that release
+/// runs: an earlier release that cut the TTL to what the counted guards need (a lapsed lease,
+/// perhaps) would expire the lock under a hold still trusted.
+fn release_ttl_ms(a: &Account, now: Instant) -> i64 {
+    if a.pending_releases > 0 {
+        -1
+    } else {
+        a.remaining_ttl_ms(now)
+    }
+}
+
 /// What to release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum What {
@@ -155,7 +168,7 @@ pub(super) fn release_plan(a: &Account, what: What, now: Instant) -> Option<Rele
                 expected: a.count,
                 by,
                 dark: a.dark,
-                remaining_ttl_ms: a.remaining_ttl_ms(now),
+                remaining_ttl_ms: release_ttl_ms(a, now),
             })
         }
         What::Dark if !a.dark => None,
@@ -167,7 +180,7 @@ pub(super) fn release_plan(a: &Account, what: What, now: Instant) -> Option<Rele
                 a.count
             },
             dark: true,
-            remaining_ttl_ms: a.remaining_ttl_ms(now),
+            remaining_ttl_ms: release_ttl_ms(a, now),
         }),
         What::All if a.count == 0 && !a.dark => None,
         What::All => Some(ReleaseArgs {
@@ -218,6 +231,31 @@ mod tests {
         assert_eq!(a.remaining_ttl_ms(now + Duration::from_secs(9)), 1);
         a.watchdog_guards = 1;
         assert_eq!(a.remaining_ttl_ms(now), -1, "the watchdog keeps it");
+    }
+
+    #[test]
+    fn a_release_with_another_waiting_in_line_leaves_the_ttl_alone() {
+        // The torture test drew it (seed 1592590339): a guard whose short lease ran out is
+        // still counted, two others were dropped and unlocked one after the other; the first
+        // release set the TTL to what the lapsed one needed (1 ms), and the lock expired under
+        // the second one's hold before its release ran.
+        let now = Instant::now();
+        let mut a = Account {
+            count: 3,
+            fixed: vec![FixedHold::new(
+                1,
+                now - Duration::from_secs(1),
+                Duration::from_millis(4),
+            )],
+            pending_releases: 1,
+            ..Account::default()
+        };
+        let first = release_plan(&a, What::Guard { gen: 0 }, now).unwrap();
+        assert_eq!((first.by, first.remaining_ttl_ms), (1, -1));
+        // The last release of the line sets it to what the guards left need.
+        a.pending_releases = 0;
+        let last = release_plan(&a, What::Guard { gen: 0 }, now).unwrap();
+        assert_eq!((last.by, last.remaining_ttl_ms), (1, 1));
     }
 
     fn account(count: u64, watchdog: u32, fixed: usize) -> Account {

@@ -27,10 +27,10 @@
 //!
 //! One rule for every mix of watchdog and fixed-lease holds of one holder on one lock: the lock
 //! lives as long as the longest live hold needs it (acquisitions and renewals never shorten its
-//! TTL; a release sets it to what the remaining holds need), the watchdog renews it while any
-//! watchdog hold lives, and the holds share one fate: every guard's `lost()` resolves when the lock
-//! can no longer be trusted for the holds that are live, at the latest when the longest of them
-//! runs out. When the last local guard goes, every hold of the field is released (orphans of lost
+//! TTL; the last of the releases waiting in its line sets it to what the remaining holds need),
+//! the watchdog renews it while any watchdog hold lives, and the holds share one fate: every
+//! guard's `lost()` resolves when the lock can no longer be trusted for the holds that are live,
+//! at the latest when the longest of them runs out. When the last local guard goes, every hold of the field is released (orphans of lost
 //! replies included), so the lock is free.
 //!
 //! This module must never: send a release for a hold of an older generation, let a release or
