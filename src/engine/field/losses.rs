@@ -1,5 +1,5 @@
-//! The losses of a field that live guards may still ask about, and the clock deadlines are
-//! stored against (pure bookkeeping).
+//! The losses of a field that live guards may still ask about, the cell of its validity
+//! deadline, and the clock deadlines are stored against (pure bookkeeping).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
