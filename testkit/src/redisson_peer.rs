@@ -38,6 +38,10 @@ use super::raw::{derived_key, release_channel, waiter_channel};
 
 const PROLOGUE: &str = include_str!("lua/redisson_prologue.lua");
 
+/// The detail of a `tryLock` that ran out of time and whose give-up failed: its entry may still
+/// be queued (until its thread's next call takes the place up, or its deadline passes).
+pub const GIVE_UP_FAILED: &str = "give-up-failed";
+
 fn fair_script(body: &str) -> redis::Script {
     redis::Script::new(&format!("{PROLOGUE}\n{body}"))
 }
@@ -480,15 +484,17 @@ impl RedissonPeer {
                             d - epoch_ms() > inner.cfg.abandon_limit.as_millis() as i64
                         });
                         let give_up = fair && (timed_out || stopping || far);
-                        if give_up {
-                            let _ = self.give_up(name, &field, wait_ms).await;
-                        }
+                        // A give-up that failed may have left the entry queued (Redisson's does
+                        // the same): the checker must not take the thread's place for free.
+                        let gave_up = !give_up || self.give_up(name, &field, wait_ms).await.is_ok();
                         if let Some(n) = subscribed.take() {
                             drop(n);
                             inner.hub.unsubscribe(&chan).await;
                         }
-                        let (outcome, detail) = if timed_out && !abandon {
+                        let (outcome, detail) = if timed_out && !abandon && gave_up {
                             (Outcome::TimedOut, String::new())
+                        } else if timed_out && !abandon {
+                            (Outcome::TimedOut, GIVE_UP_FAILED.to_owned())
                         } else if give_up {
                             // Stopped or abandoned far from its deadline: it gave up on its way
                             // out (the checker reads "gave-up" as "left at some point").

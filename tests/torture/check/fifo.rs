@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use fairlock_testkit::history::Outcome;
+use fairlock_testkit::redisson_peer::GIVE_UP_FAILED;
 
 use super::{by_name, Call, CheckStats, History, Snapshot, Violation};
 
@@ -11,10 +12,13 @@ use super::{by_name, Call, CheckStats, History, Snapshot, Violation};
 /// A granted call left the queue with its grant. A timed-out call gave up as its wait ended,
 /// unless a fault touching its process was near that moment (a killed connection or a restart
 /// can lose the give-up and leave the entry: seen with the Redisson-protocol peer, whose thread's
-/// next call then took that place up, as Redisson lets a thread do).
+/// next call then took that place up, as Redisson lets a thread do), or the peer says its give-up
+/// failed (a command timeout on a loaded machine needs no injected fault).
 fn may_leave_stale_entry(h: &History, c: &Call) -> bool {
     match c.end {
         Some((_, Outcome::Granted, _)) => false,
+        // A peer's tryLock whose give-up failed may have left its entry queued.
+        Some(_) if c.java && c.end_detail == GIVE_UP_FAILED => true,
         Some((t, Outcome::TimedOut, _)) => {
             let command = h.params.command_timeout.as_nanos() as u64;
             h.fault_near(&c.proc, t, t + command, h.params.fault_grace)
@@ -380,6 +384,7 @@ pub fn check_fifo(h: &History, stats: &mut CheckStats) -> Vec<Violation> {
 
 #[cfg(test)]
 mod tests {
+    use super::GIVE_UP_FAILED;
     use crate::check::fixtures::*;
 
     #[test]
@@ -565,6 +570,56 @@ mod tests {
             Outcome::Granted,
             Some(2),
         ));
+    }
+
+    #[test]
+    fn a_peer_thread_whose_give_up_failed_may_take_its_place_up() {
+        // Thread j:102 times out (its place in the queue ahead of B); its next call starts after
+        // the snapshot and is granted before B. Only a failed give-up can have left that place.
+        let jump = |detail: &str| {
+            let mut h = hist();
+            h.snapshots.push(snap("fair", 100, 1, &["j:102", "v:1"]));
+            let mut first = call(
+                "a0",
+                "java",
+                "fair",
+                "j:102",
+                50,
+                Some(100),
+                150,
+                Outcome::TimedOut,
+                None,
+            );
+            if let Some(Event::End { detail: d, .. }) = first.last_mut() {
+                *d = detail.to_owned();
+            }
+            h.add_events(first);
+            h.add_events(call(
+                "b",
+                "p1",
+                "fair",
+                "v:1",
+                60,
+                None,
+                400,
+                Outcome::Granted,
+                Some(3),
+            ));
+            h.add_events(call(
+                "a",
+                "java",
+                "fair",
+                "j:102",
+                150,
+                Some(300),
+                160,
+                Outcome::Granted,
+                Some(2),
+            ));
+            rules(&h)
+        };
+        assert_eq!(jump(""), vec!["fifo-arrival"]);
+        assert!(jump(GIVE_UP_FAILED).is_empty());
     }
 
     #[test]
