@@ -191,11 +191,14 @@ fn victim_exempt(
     if a.java {
         // A Redisson waiter is purged once its deadline score is past, and only Java shifts lower
         // a score. If a snapshot before `until` shows its entry gone, it lost its place then (it
-        // may have joined again at the tail since, with a fresh score): judge its deadline as of
-        // that snapshot. Start from the latest snapshot before that point that shows it
-        // (fairlock's own scripts may change scores too; a snapshot sees whatever they did up to
-        // it).
-        // Only snapshots from `s` on can matter, and none that began after `until` (t1 ≥ t0).
+        // may have joined again at the tail since, with a fresh score): judge its deadline up to
+        // that snapshot. It may also have been purged and joined again between two snapshots
+        // (a Java grant's shift runs it out; its own next poll purges it and queues it afresh),
+        // so every snapshot that shows its score is a starting point: from each, the score less
+        // every Java shift that may have run since is the lowest its deadline can have been (as
+        // long as it kept that entry). If any of them is not after `until`, it may have lapsed.
+        // (Fairlock's own scripts may change scores too; a snapshot sees whatever they did up
+        // to it.) Only snapshots from `s` on can matter, and none that began after `until`.
         let from = snaps.partition_point(|x| x.t0 < s.t0);
         let window = || {
             snaps[from..]
@@ -208,26 +211,32 @@ fn victim_exempt(
             .map(|x| x.t1)
             .min()
             .unwrap_or(until);
-        let latest = window()
-            .filter(|x| x.t1 <= until && x.scores.contains_key(&a.field))
-            .max_by_key(|x| x.t0)
-            .copied()
-            .unwrap_or(s);
-        let score = *latest.scores.get(&a.field)?;
-        let shifted: u64 = h
-            .shifts
-            .iter()
-            .filter(|(name, t0, t1, _)| *name == a.name && *t0 <= until && *t1 >= latest.t0)
-            .map(|(_, _, _, ms)| *ms)
-            .sum();
-        let lowest = score - shifted as f64;
         let at_ms = until as f64 / 1e6 + h.params.epoch_offset_ms;
         let slack_ms = h.params.slack.as_millis() as f64;
-        if lowest <= at_ms + slack_ms {
-            return Some(format!(
-                "java deadline {lowest:.0} (score {score:.0} less shifts {shifted}) not after \
-                 {at_ms:.0}"
-            ));
+        let mut starts: Vec<&Snapshot> = window()
+            .filter(|x| x.t1 <= until && x.scores.contains_key(&a.field))
+            .copied()
+            .collect();
+        if starts.is_empty() {
+            starts.push(s);
+        }
+        for x in starts {
+            let Some(&score) = x.scores.get(&a.field) else {
+                continue;
+            };
+            let shifted: u64 = h
+                .shifts
+                .iter()
+                .filter(|(name, t0, t1, _)| *name == a.name && *t0 <= until && *t1 >= x.t0)
+                .map(|(_, _, _, ms)| *ms)
+                .sum();
+            let lowest = score - shifted as f64;
+            if lowest <= at_ms + slack_ms {
+                return Some(format!(
+                    "java deadline {lowest:.0} (score {score:.0} less shifts {shifted}) not \
+                     after {at_ms:.0}"
+                ));
+            }
         }
         return h.fault_near(&a.proc, s.t0, until, h.params.fault_grace);
     }
@@ -716,6 +725,34 @@ mod tests {
         assert!(rules(&h).is_empty(), "{:?}", check(&h, 9).0);
         // Had its deadline been ahead when it vanished, it was dropped while alive: still a jump.
         let h = history(5_000.0);
+        assert_eq!(rules(&h), vec!["fifo-arrival"]);
+    }
+
+    #[test]
+    fn a_redisson_waiter_run_out_by_a_shift_may_rejoin_between_two_snapshots() {
+        // Seed 4217202790295420099: B (Java) queued at 100 ms with its deadline 5 s ahead; a Java
+        // grant at 105 ms shifts every deadline 300 s earlier, B's next poll purges its entry and
+        // queues it afresh at the tail behind A. No snapshot shows B gone: the one at 125 ms
+        // already shows it back, with a fresh score far ahead. A's call (started 120 ms) is
+        // granted (token 2) before B (3): B had lost its place.
+        let history = |shift: u64| {
+            let mut h = hist();
+            let mut s = snap("fair", 100, 1, &["j:101"]);
+            s.scores.insert("j:101".into(), 1_000_000.0 + 5_000.0);
+            h.snapshots.push(s);
+            let mut back = snap("fair", 125, 1, &["u:1", "j:101"]);
+            back.scores.insert("j:101".into(), 1_000_000.0 + 300_125.0);
+            h.snapshots.push(back);
+            if shift > 0 {
+                h.shifts.push(("fair".into(), 105 * MS, 106 * MS, shift));
+            }
+            java_b_overtaken_by_a(&mut h);
+            h
+        };
+        let h = history(300_000);
+        assert!(rules(&h).is_empty(), "{:?}", check(&h, 9).0);
+        // Without the shift its deadline was ahead all along: still a jump.
+        let h = history(0);
         assert_eq!(rules(&h), vec!["fifo-arrival"]);
     }
 }

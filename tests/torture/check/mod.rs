@@ -47,12 +47,13 @@
 //!   A waiter may lose its place without breaking the promise only when it looked dead: a fault
 //!   touching its process (or all processes) overlapped the interval in question, widened by the
 //!   liveness window, or, for a Redisson-protocol waiter, its deadline score can have passed (its
-//!   score in the latest snapshot showing it, less every Java shift that may have run since, is
-//!   not after the grant; or, when a snapshot before the grant shows its entry gone, not after
-//!   that snapshot: it lost its place there, and may have joined again at the tail since, with a
-//!   fresh score). A grant
-//!   is not counted as overtaking when a fault touched its own process near it (it may have taken
-//!   up a grant made to an earlier call whose reply was lost).
+//!   score in some snapshot showing it, less every Java shift that may have run since, is not
+//!   after the grant; or, when a snapshot before the grant shows its entry gone, not after that
+//!   snapshot: it lost its place there, and may have joined again at the tail since, with a
+//!   fresh score). Every snapshot is a starting point because a shift can run an entry out and
+//!   its thread's next poll purge it and queue it afresh between two snapshots. A grant is not
+//!   counted as overtaking when a fault touched its own process near it (it may have taken up a
+//!   grant made to an earlier call whose reply was lost).
 //! * **Bounded waits** (`bounded-wait`): `try_lock(wait)` returns within `wait` + one command
 //!   timeout + a scheduling slack, unless a fault touching its process overlapped the call
 //!   (widened by a grace period) or the process's runtime was seen stalled then.
