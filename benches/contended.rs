@@ -1,7 +1,7 @@
 //! Contention: C tasks in two OS processes fight over one lock name, each looping lock → critical
 //! section (`GET` + `SET` of a counter) → unlock → lock again, for a fixed time per C.
 //!
-//! Four locks run the same workload in the same bench run, alternating:
+//! Five locks run the same workload in the same bench run, alternating:
 //!
 //! * **ideal FIFO** (a yardstick, not a usable lock): a ticket lock, the cheapest strict-FIFO
 //!   hand-off Redis allows. Acquire = `INCR NAME:ticket:next` → ticket t, then `BRPOP
@@ -10,6 +10,17 @@
 //!   that sleeps in Redis, as a fair lock's must, and nothing else is paid: no Lua, no owner
 //!   record, no lease, no queue deadlines. One connection per contender (`BRPOP` blocks it);
 //!   `BRPOP` rather than `BLPOP` so that the coordination's `BLPOP`s stay apart in the counts;
+//! * **Redisson layout floor** (a yardstick, not a usable lock): the cheapest fair lock on the
+//!   keys a Redisson fair lock shares (owner hash `NAME`, waiter list `redisson_lock_queue:{NAME}`,
+//!   deadline set `redisson_lock_timeout:{NAME}`) with pub/sub waits. Acquire is one script
+//!   (`lua/layout_acquire.lua`: a free lock with nobody ahead is granted, else the caller is
+//!   queued with a deadline score); release is one script (`lua/layout_release.lua`: the head of
+//!   the list becomes the owner and is told on its own channel
+//!   `redisson_lock__channel:{NAME}:<field>`). One subscriber connection per process routes the
+//!   messages to the contenders. It pays what the shared layout and the wake-up by message force
+//!   and nothing else: no purge of expired waiters, no liveness of its own, no fencing, no
+//!   recovery of a lost message. Set against the ideal FIFO and `FairLock`, it splits the gap
+//!   between them into what the layout forces and what fairlock adds;
 //! * **FairLock**: `client.fair_lock(NAME).lock()` + `guard.unlock()`, one client per process,
 //!   every contender its own tokio task and so its own holder;
 //! * **polling** (a baseline): `SET NAME token NX PX 30000`, retried every 10 ms until it
@@ -47,11 +58,13 @@ use fairlock_testkit as support;
 mod common;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, MultiplexedConnection};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 
 const WORKER_ROLE: &str = "contended-worker";
 const NAME: &str = "bench:contended";
@@ -77,6 +90,7 @@ const POLL_UNLOCK: &str = include_str!("lua/poll_unlock.lua");
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Variant {
     Ticket,
+    Layout,
     Fair,
     Polling,
     RandomRetry,
@@ -86,6 +100,7 @@ impl Variant {
     fn arg(self) -> &'static str {
         match self {
             Variant::Ticket => "ticket",
+            Variant::Layout => "layout",
             Variant::Fair => "fair",
             Variant::Polling => "polling",
             Variant::RandomRetry => "random",
@@ -95,6 +110,7 @@ impl Variant {
     fn from_arg(s: &str) -> Variant {
         match s {
             "ticket" => Variant::Ticket,
+            "layout" => Variant::Layout,
             "fair" => Variant::Fair,
             "polling" => Variant::Polling,
             "random" => Variant::RandomRetry,
@@ -105,6 +121,7 @@ impl Variant {
     fn label(self) -> &'static str {
         match self {
             Variant::Ticket => "ideal FIFO (ticket: INCR + BRPOP)",
+            Variant::Layout => "Redisson layout floor (2 scripts + message)",
             Variant::Fair => "FairLock",
             Variant::Polling => "polling SET NX (10 ms)",
             Variant::RandomRetry => "SET NX, random 0–200 ms retry",
@@ -185,6 +202,8 @@ fn main() {
 struct Side {
     handles: Vec<JoinHandle<Vec<Record>>>,
     client: Option<fairlock::Client>,
+    /// Tasks that serve the contenders (the layout floor's message router), stopped at the end.
+    background: Option<JoinHandle<()>>,
 }
 
 async fn start_contenders(
@@ -198,10 +217,12 @@ async fn start_contenders(
         return Side {
             handles: Vec::new(),
             client: None,
+            background: None,
         };
     }
     let cs = common::manager(url).await;
     let mut handles = Vec::with_capacity(count);
+    let mut background = None;
     let client = match variant {
         Variant::Fair => {
             let client = fairlock::Client::connect(url).await.expect("connect");
@@ -224,6 +245,35 @@ async fn start_contenders(
             }
             None
         }
+        Variant::Layout => {
+            let locks = common::manager(url).await;
+            let pubsub = redis::Client::open(url)
+                .expect("redis url")
+                .get_async_pubsub()
+                .await
+                .expect("subscriber connection");
+            let (mut sink, mut stream) = pubsub.split();
+            let mut wake = HashMap::with_capacity(count);
+            for i in 0..count {
+                let id = first_id + i as u32;
+                let notify = Arc::new(Notify::new());
+                let channel = format!("{LAYOUT_CHANNEL_PREFIX}{}", layout_field(id));
+                sink.subscribe(&channel).await.expect("SUBSCRIBE");
+                wake.insert(channel, notify.clone());
+                let (cs, locks, plan) = (cs.clone(), locks.clone(), plan.clone());
+                handles.push(tokio::spawn(layout_contender(locks, cs, id, plan, notify)));
+            }
+            // Routes each hand-off message to its contender; the sink lives as long as the task.
+            background = Some(tokio::spawn(async move {
+                let _sink = sink;
+                while let Some(msg) = stream.next().await {
+                    if let Some(notify) = wake.get(msg.get_channel_name()) {
+                        notify.notify_one();
+                    }
+                }
+            }));
+            None
+        }
         Variant::Polling | Variant::RandomRetry => {
             let locks = common::manager(url).await;
             for i in 0..count {
@@ -239,7 +289,11 @@ async fn start_contenders(
             None
         }
     };
-    Side { handles, client }
+    Side {
+        handles,
+        client,
+        background,
+    }
 }
 
 async fn wait_for_plan(mut plan: watch::Receiver<Option<Plan>>) -> Plan {
@@ -354,6 +408,83 @@ async fn ticket_contender(
     records
 }
 
+const LAYOUT_QUEUE: &str = "redisson_lock_queue:{bench:contended}";
+const LAYOUT_DEADLINES: &str = "redisson_lock_timeout:{bench:contended}";
+const LAYOUT_CHANNEL_PREFIX: &str = "redisson_lock__channel:{bench:contended}:";
+/// The layout floor's deadline scores lie this far ahead (nothing purges them in the bench).
+const LAYOUT_DEADLINE_AHEAD_MS: u64 = 600_000;
+const LAYOUT_ACQUIRE: &str = include_str!("lua/layout_acquire.lua");
+const LAYOUT_RELEASE: &str = include_str!("lua/layout_release.lua");
+
+/// The layout floor's owner field of a contender (`<process>:<id>`, ids unique over both).
+fn layout_field(id: u32) -> String {
+    format!("bench-{}:{id}", std::process::id())
+}
+
+/// The Redisson layout floor: one script to take the lock or queue, a sleep until the hand-off
+/// message, one script to release (handing the lock to the head of the queue).
+async fn layout_contender(
+    mut locks: ConnectionManager,
+    mut cs: ConnectionManager,
+    id: u32,
+    plan: watch::Receiver<Option<Plan>>,
+    handed_over: Arc<Notify>,
+) -> Vec<Record> {
+    let plan = wait_for_plan(plan).await;
+    let acquire = redis::Script::new(LAYOUT_ACQUIRE);
+    let release = redis::Script::new(LAYOUT_RELEASE);
+    let field = layout_field(id);
+    let lease_ms = POLL_LEASE.as_millis() as u64;
+    let mut records = Vec::new();
+    while records.len() < MAX_ACQUISITIONS {
+        let issue = common::now_us();
+        if issue >= plan.stop_us {
+            break;
+        }
+        let granted: i64 = acquire
+            .key(NAME)
+            .key(LAYOUT_QUEUE)
+            .key(LAYOUT_DEADLINES)
+            .arg(lease_ms)
+            .arg(&field)
+            .arg(issue / 1_000 + LAYOUT_DEADLINE_AHEAD_MS)
+            .invoke_async(&mut locks)
+            .await
+            .expect("layout acquire");
+        if granted == 0 {
+            // A queued contender is told exactly once, when the lock is already its own: the
+            // permit a message stores (even before this wait starts) is this grant's.
+            tokio::time::timeout(LOCK_TIMEOUT, handed_over.notified())
+                .await
+                .unwrap_or_else(|_| panic!("contender {id}: no hand-off in {LOCK_TIMEOUT:?}"));
+        }
+        let grant = common::now_us();
+        critical_section(&mut cs).await;
+        let release_at = common::now_us();
+        let released: i64 = release
+            .key(NAME)
+            .key(LAYOUT_QUEUE)
+            .key(LAYOUT_DEADLINES)
+            .arg(&field)
+            .arg(lease_ms)
+            .arg(LAYOUT_CHANNEL_PREFIX)
+            .invoke_async(&mut locks)
+            .await
+            .expect("layout release");
+        assert!(
+            released >= 0,
+            "contender {id}: the layout lock was not ours"
+        );
+        records.push(Record {
+            contender: id,
+            issue,
+            grant,
+            release: release_at,
+        });
+    }
+    records
+}
+
 /// How a `SET NX` contender waits between attempts.
 #[derive(Debug, Clone, Copy)]
 enum Retry {
@@ -437,6 +568,9 @@ async fn join_all(side: Side) -> (Vec<Record>, Option<fairlock::Client>) {
     for handle in side.handles {
         records.extend(handle.await.expect("contender panicked"));
     }
+    if let Some(task) = side.background {
+        task.abort();
+    }
     (records, side.client)
 }
 
@@ -491,7 +625,7 @@ fn parent() {
     let duration = common::run_secs(1.0, 10.0);
     common::header("contended", quick);
     println!(
-        "C = {CONTENDERS:?} contenders split over 2 processes, {duration:?} per run, the ideal FIFO ticket lock, the two SET NX baselines, then FairLock per C"
+        "C = {CONTENDERS:?} contenders split over 2 processes, {duration:?} per run, the ideal FIFO ticket lock, the Redisson layout floor, the two SET NX baselines, then FairLock per C"
     );
     let server = support::RedisServer::start();
     let url = server.url();
@@ -501,6 +635,7 @@ fn parent() {
         for c in CONTENDERS {
             for variant in [
                 Variant::Ticket,
+                Variant::Layout,
                 Variant::Polling,
                 Variant::RandomRetry,
                 Variant::Fair,
@@ -868,8 +1003,25 @@ fn report(results: &[Outcome]) {
             println!("  {what}: {}", if ok { "met" } else { "MISSED" });
         }
     }
+    // What the shared layout forces, and what fairlock adds on top of it.
+    if let (Some(r), Some(floor), Some(ideal)) = (
+        find(Variant::Fair, 64),
+        find(Variant::Layout, 64),
+        find(Variant::Ticket, 64),
+    ) {
+        println!(
+            "Redisson layout floor C=64 against the ideal FIFO: {:.2}× its acq/s, Redis CPU {:.2}×, client CPU {:.2}×, {:.1} cmds/acq; FairLock against the floor: {:.2}× its acq/s, Redis CPU {:.2}×, client CPU {:.2}×",
+            floor.rate / ideal.rate,
+            floor.redis_cpu_us / ideal.redis_cpu_us,
+            floor.client_cpu_us / ideal.client_cpu_us,
+            floor.commands,
+            r.rate / floor.rate,
+            r.redis_cpu_us / floor.redis_cpu_us,
+            r.client_cpu_us / floor.client_cpu_us,
+        );
+    }
     for c in [1, 64] {
-        for variant in [Variant::Ticket, Variant::Fair] {
+        for variant in [Variant::Ticket, Variant::Layout, Variant::Fair] {
             let Some(r) = find(variant, c) else { continue };
             let parts: Vec<String> = r
                 .breakdown
