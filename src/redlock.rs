@@ -614,8 +614,10 @@ impl RedLockGuard {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a lock renewed by the watchdog or a bad lease;
-    /// [`Error::QuorumNotReached`] when fewer than a majority extended it (the lock keeps its
-    /// old validity and may well be lost).
+    /// [`Error::NotHeld`] when the lock is known [lost](Self::is_lost) before the extension, or
+    /// its validity ran out before a majority answered (a validity that has passed is never
+    /// moved on: a lock once read lost stays lost); [`Error::QuorumNotReached`] when fewer than
+    /// a majority extended it (the lock keeps its old validity and may well be lost).
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future leaves the validity as it was (some masters may have
@@ -627,6 +629,9 @@ impl RedLockGuard {
                 "extend",
                 "this lock is renewed by the watchdog; only locks taken with a lease are extended",
             ));
+        }
+        if self.is_lost() {
+            return Err(Error::NotHeld);
         }
         let started = Instant::now();
         let timeout = self.node_timeout;
@@ -645,6 +650,10 @@ impl RedLockGuard {
                 acquired: extended,
                 needed: self.quorum,
             });
+        }
+        if Instant::now() >= self.valid_until {
+            // Too late: the lock was not to be trusted for a moment, whatever Redis says now.
+            return Err(Error::NotHeld);
         }
         let until = started + lease.saturating_sub(drift(lease));
         self.valid_until = self.valid_until.max(until);

@@ -444,3 +444,23 @@ async fn a_fixed_lease_is_extended_on_a_majority() {
         .unwrap_err()
         .is_invalid_argument());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_read_lost_is_not_extended_back_to_life() {
+    // A sibling of the permit defect that torture seed 13690576949177988948 drew: once the
+    // validity of a leased Redlock has passed, `is_lost()` says so, and an extension must not
+    // move the validity on (the masters may still hold it, but it was not to be trusted for a
+    // moment).
+    let (_servers, clients) = masters(3).await;
+    let red = RedLock::new(clients, NAME);
+    let mut guard = red
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    tokio::time::sleep_until(guard.valid_until().into()).await;
+    assert!(guard.is_lost());
+    let err = guard.extend(Duration::from_secs(10)).await.unwrap_err();
+    assert!(err.is_not_held(), "{err:?}");
+    assert!(guard.is_lost());
+    assert!(guard.valid_until() <= std::time::Instant::now());
+}

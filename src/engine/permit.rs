@@ -4,7 +4,9 @@
 //! (`engine/driver/mod.rs`) and reports each result here.
 //!
 //! It must never report permits as valid past a deadline no renewal has moved on, nor renew
-//! permits whose guard has ended or was told they are lost.
+//! permits whose guard has ended or was told they are lost. Lost stays lost: a deadline that has
+//! passed is never moved on (a renewal's reply that comes after it is too late), so a guard that
+//! once read its permits lost never reads them valid again.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -98,7 +100,12 @@ impl PermitLease {
             Ok(true) => {
                 self.failures.store(0, Ordering::SeqCst);
                 let mut until = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
-                *until = (*until).max(validity_deadline(sent, self.lease));
+                // The clock is read under the lock: a reader that found the deadline passed read
+                // its clock before it read the deadline (`lost_now`), so this clock is no earlier
+                // and finds it passed too.
+                if Instant::now() < *until {
+                    *until = (*until).max(validity_deadline(sent, self.lease));
+                }
             }
             Ok(false) => self.mark_lost(LostReason::Gone),
             Err(e) => {
@@ -154,7 +161,10 @@ impl PermitLease {
         if let Some(r) = *self.lost.borrow() {
             return Some(r);
         }
-        (Instant::now() >= self.valid_until()).then_some(if self.watchdog {
+        // The clock before the deadline (see `on_renewed`): a deadline found passed here is
+        // never moved on afterwards.
+        let now = Instant::now();
+        (now >= self.valid_until()).then_some(if self.watchdog {
             LostReason::ValidityExpired
         } else {
             LostReason::LeaseExpired
@@ -178,5 +188,48 @@ impl PermitLease {
                 _ = tokio::time::sleep_until(until.into()) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(sent: Instant, lease: Duration) -> PermitLease {
+        PermitLease::new(
+            "sem".into(),
+            "sem:expiries".into(),
+            "sem:channel".into(),
+            vec![[0; 16]],
+            sent,
+            lease,
+            true,
+            false,
+        )
+    }
+
+    #[test]
+    fn permits_read_lost_never_read_valid_again() {
+        // Torture seed 13690576949177988948: a watchdog guard's permits lapsed (a renewal's reply
+        // was late), `lost()` resolved with ValidityExpired, and the late reply then moved the
+        // deadline on: `is_lost()` read false again.
+        let lease_for = Duration::from_secs(3);
+        let permits = lease(Instant::now() - lease_for, lease_for);
+        assert_eq!(permits.lost_now(), Some(LostReason::ValidityExpired));
+        permits.on_renewed(Instant::now(), &Ok(true));
+        assert_eq!(permits.lost_now(), Some(LostReason::ValidityExpired));
+        assert!(!permits.renewable());
+    }
+
+    #[test]
+    fn a_renewal_before_the_deadline_moves_it_on() {
+        let lease_for = Duration::from_secs(30);
+        let sent = Instant::now();
+        let permits = lease(sent, lease_for);
+        let before = permits.valid_until();
+        let later = sent + Duration::from_millis(5);
+        permits.on_renewed(later, &Ok(true));
+        assert!(permits.valid_until() > before);
+        assert_eq!(permits.lost_now(), None);
     }
 }
