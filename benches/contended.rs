@@ -81,6 +81,8 @@ const MAX_ACQUISITIONS: usize = 5_000_000;
 const COORDINATION_TIMEOUT: Duration = Duration::from_secs(60);
 /// FIFO inversion threshold: B must have called lock() this much later than A.
 const INVERSION_MARGIN_US: u64 = 2_000;
+/// How many FIFO inversions of a fair lock's run are described in the report.
+const MAX_INVERSION_EXAMPLES: usize = 5;
 
 const CONTENDERS: [usize; 3] = [1, 16, 64];
 
@@ -667,6 +669,8 @@ struct Outcome {
     hold_us: Vec<u64>,
     handoff_us: Vec<u64>,
     inversions: u64,
+    /// The first few inversions, described (who waited, who overtook, by how much).
+    inversion_examples: Vec<String>,
     /// Acquisitions that overtook at least one earlier waiter.
     overtakers: u64,
     jain: f64,
@@ -854,6 +858,7 @@ fn analyse(
     let mut by_issue: Vec<&Record> = records.iter().collect();
     by_issue.sort_by_key(|r| r.issue);
     let mut inversions = 0u64;
+    let mut examples = Vec::new();
     let mut overtook = vec![false; by_issue.len()];
     for (i, a) in by_issue.iter().enumerate() {
         for (j, b) in by_issue.iter().enumerate().skip(i + 1) {
@@ -863,6 +868,23 @@ fn analyse(
             if b.issue > a.issue + INVERSION_MARGIN_US && b.grant < a.grant {
                 inversions += 1;
                 overtook[j] = true;
+                if examples.len() < MAX_INVERSION_EXAMPLES {
+                    // Contenders below `first_helper` run in this process, the others in the helper.
+                    let first_helper = contenders.div_ceil(2) as u32;
+                    let side = |c: u32| if c < first_helper { "main" } else { "helper" };
+                    examples.push(format!(
+                        "contender {} ({}) called at {:.3} s and waited {} ms; contender {} ({}) \
+                         called {} ms later and was granted {} ms before it",
+                        a.contender,
+                        side(a.contender),
+                        a.issue.saturating_sub(plan.start_us) as f64 / 1e6,
+                        ms(a.grant - a.issue),
+                        b.contender,
+                        side(b.contender),
+                        ms(b.issue - a.issue),
+                        ms(a.grant - b.grant),
+                    ));
+                }
             }
         }
     }
@@ -890,6 +912,7 @@ fn analyse(
         hold_us,
         handoff_us,
         inversions,
+        inversion_examples: examples,
         overtakers,
         jain,
         commands,
@@ -937,6 +960,21 @@ fn report(results: &[Outcome]) {
             r.redis_cpu_us,
             r.client_cpu_us,
         );
+    }
+    for r in results {
+        if matches!(r.variant, Variant::Fair | Variant::Layout | Variant::Ticket)
+            && !r.inversion_examples.is_empty()
+        {
+            println!(
+                "FIFO inversions of {} C={} (the first {}):",
+                r.variant.label(),
+                r.contenders,
+                r.inversion_examples.len()
+            );
+            for example in &r.inversion_examples {
+                println!("  {example}");
+            }
+        }
     }
     println!();
     println!("hold = grant → release (the critical section, GET + SET); handoff = release → grant of a holder that was already waiting.");

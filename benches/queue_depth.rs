@@ -50,22 +50,27 @@ const FAR_MS: i64 = 1_000_000_000_000;
 const REDISSON_FIELD: &str = "0b6e7f9a-8d1c-4c3e-b2a5-9f0e1d2c3b4a:1";
 const FAIRLOCK_FIELD: &str = "5d2c8e41-7a3b-4f90-9c6e-1b2a3c4d5e6f:1";
 
-/// fairlock's fair acquire and unlock, composed as `src/wire/scripts.rs` composes them.
-const FAIR_ACQUIRE: &str = concat!(
-    include_str!("../lua/fair_prologue.lua"),
-    "\n",
-    include_str!("../lua/fair_acquire.lua")
-);
-const FAIR_UNLOCK: &str = concat!(
-    include_str!("../lua/fair_prologue.lua"),
-    "\n",
-    include_str!("../lua/fair_unlock.lua")
-);
-const FAIR_HEARTBEAT: &str = concat!(
-    include_str!("../lua/fair_prologue.lua"),
-    "\n",
-    include_str!("../lua/fair_heartbeat.lua")
-);
+const FAIR_PROLOGUE: &str = include_str!("../lua/fair_prologue.lua");
+const RELEASE_PROLOGUE: &str = include_str!("../lua/release_prologue.lua");
+
+/// A fair script composed as `src/scripts.rs` composes it: the fair prologue at the script's
+/// `-- @prologue` marker (in front when it has none) and, for a release script, the release
+/// prologue in front of everything.
+fn fair_script(file: &str, release: bool) -> redis::Script {
+    let body = match file.split_once("-- @prologue\n") {
+        Some((before, after)) => format!("{before}{FAIR_PROLOGUE}\n{after}"),
+        None => format!("{FAIR_PROLOGUE}\n{file}"),
+    };
+    if release {
+        redis::Script::new(&format!("{RELEASE_PROLOGUE}\n{body}"))
+    } else {
+        redis::Script::new(&body)
+    }
+}
+
+const FAIR_ACQUIRE: &str = include_str!("../lua/fair_acquire.lua");
+const FAIR_UNLOCK: &str = include_str!("../lua/fair_unlock.lua");
+const FAIR_HEARTBEAT: &str = include_str!("../lua/fair_heartbeat.lua");
 
 /// Queue depths of the heartbeat rounds.
 const BEAT_DEPTHS: [usize; 3] = [100, 1_000, 3_000];
@@ -324,8 +329,8 @@ fn main() {
             admin: common::admin_conn(&url).await,
             acquire: redis::Script::new(REDISSON_ACQUIRE),
             unlock: redis::Script::new(REDISSON_UNLOCK),
-            fair_acquire: redis::Script::new(FAIR_ACQUIRE),
-            fair_unlock: redis::Script::new(FAIR_UNLOCK),
+            fair_acquire: fair_script(FAIR_ACQUIRE, false),
+            fair_unlock: fair_script(FAIR_UNLOCK, true),
         };
         common::flush_all(&mut b.admin).await;
         let targets: Vec<Target> = DEPTHS
@@ -349,7 +354,7 @@ fn main() {
         }
         report(&phases);
 
-        let beat = redis::Script::new(FAIR_HEARTBEAT);
+        let beat = fair_script(FAIR_HEARTBEAT, false);
         let (beat_rounds, rounds_per_phase) = if quick { (1, 2) } else { (5, 4) };
         let mut beats = Vec::new();
         for depth in BEAT_DEPTHS {
