@@ -464,7 +464,9 @@ impl ExpirablePermits {
 
     /// Until when the permits can be trusted: their last grant or renewal's send time plus the
     /// lease, less a drift margin (as [`LockGuard::valid_until`](crate::LockGuard::valid_until)).
-    /// Nobody else can reclaim them before it.
+    /// Nobody else can reclaim them before it. Once they are known [lost](Self::lost), the
+    /// deadline they had then or the moment the loss was found, whichever is earlier; a deadline
+    /// that has passed is never moved on.
     pub fn valid_until(&self) -> std::time::Instant {
         self.state.valid_until()
     }

@@ -141,6 +141,10 @@ impl PermitLease {
         }
         self.lost.send_if_modified(|r| {
             if r.is_none() {
+                // As a lock guard's: once lost, trusted no later than when that was found.
+                let mut until = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
+                *until = (*until).min(Instant::now());
+                drop(until);
                 tracing::warn!(name = %self.name, %reason, "permits lost");
                 crate::metrics::counting_lost(
                     "expirable_semaphore",
@@ -219,6 +223,19 @@ mod tests {
         permits.on_renewed(Instant::now(), &Ok(true));
         assert_eq!(permits.lost_now(), Some(LostReason::ValidityExpired));
         assert!(!permits.renewable());
+    }
+
+    #[test]
+    fn permits_found_gone_are_trusted_no_later_than_when_that_was_found() {
+        let permits = lease(Instant::now(), Duration::from_secs(30));
+        permits.on_renewed(Instant::now(), &Ok(false));
+        let found = Instant::now();
+        assert_eq!(permits.lost_now(), Some(LostReason::Gone));
+        assert!(permits.valid_until() <= found);
+        // A later renewal reply changes nothing.
+        permits.on_renewed(Instant::now(), &Ok(true));
+        assert!(permits.valid_until() <= found);
+        assert_eq!(permits.lost_now(), Some(LostReason::Gone));
     }
 
     #[test]
