@@ -40,7 +40,12 @@
 //! Reported per lock and C: acquisitions/s (grants inside the timed window), wait for the lock
 //! p50/p99/max, handoff gap p50/p99 (release → grant of the next holder, when that holder was
 //! already waiting), FIFO inversions (pairs A, B where B called lock() more than 2 ms after A,
-//! while A was still waiting, and B was granted first), Jain's fairness index over the
+//! while A was still waiting, and B was granted first; and of those, the pairs where A's place
+//! in the queue was taken before B called: the reply of the ticket's `INCR`, of the floor's
+//! acquire that queued, or of `FairLock`'s attempt that joined the queue, which the library
+//! reports with its `queued` debug event, recorded by a tracing layer that sees only that call
+//! site; a call still on its way to Redis when B calls is not overtaken in the queue), Jain's
+//! fairness index over the
 //! contenders' acquisition counts, Redis commands and round trips (`INFO commandstats` calls,
 //! `total_reads_processed`) per acquisition, with the critical section's two commands subtracted,
 //! and CPU per acquisition: the server's (`INFO cpu` `used_cpu_sys` + `used_cpu_user`, all its
@@ -58,6 +63,7 @@ use fairlock_testkit as support;
 mod common;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,6 +71,8 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::Layer;
 
 const WORKER_ROLE: &str = "contended-worker";
 const NAME: &str = "bench:contended";
@@ -141,13 +149,18 @@ struct Record {
     grant: u64,
     /// Just before the unlock call (the critical section is done).
     release: u64,
+    /// When the contender knew its place in the queue was taken: the reply of the ticket's `INCR`,
+    /// of the layout floor's acquire that queued it, or of `FairLock`'s attempt that joined the
+    /// queue (the library's `queued` event). 0 when the call never queued (granted at once, or
+    /// a lock without a queue).
+    queued: u64,
 }
 
 impl Record {
     fn to_line(self) -> String {
         format!(
-            "R {} {} {} {}",
-            self.contender, self.issue, self.grant, self.release
+            "R {} {} {} {} {}",
+            self.contender, self.issue, self.grant, self.release, self.queued
         )
     }
 
@@ -159,8 +172,72 @@ impl Record {
             issue: next()?,
             grant: next()?,
             release: next()?,
+            queued: next()?,
         })
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// When a FairLock call's place in the queue was taken
+
+/// Contender ids are below this (C ≤ 64 over both processes).
+const MAX_CONTENDERS: usize = 128;
+
+/// Per contender, when its current `lock()` call first joined the fair queue (µs on the shared
+/// clock; 0: not yet). Written by [`QueuedLayer`], read and reset by the contender itself.
+static QUEUED_AT: [AtomicU64; MAX_CONTENDERS] = [const { AtomicU64::new(0) }; MAX_CONTENDERS];
+
+tokio::task_local! {
+    /// The contender whose task polls the current `lock()` call.
+    static CONTENDER: u32;
+}
+
+/// Records the library's `queued` event (emitted inside the call's own future once the reply of
+/// the attempt that joined the queue is in) against the contender whose task polls the call.
+/// Only that one call site's events reach it (see [`install_queued_layer`]), so nothing else
+/// of the library's tracing costs anything in the bench.
+struct QueuedLayer;
+
+/// Whether an event's message is `queued`.
+struct IsQueued(bool);
+
+impl tracing::field::Visit for IsQueued {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" && format!("{value:?}") == "queued" {
+            self.0 = true;
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> Layer<S> for QueuedLayer {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut queued = IsQueued(false);
+        event.record(&mut queued);
+        if !queued.0 {
+            return;
+        }
+        let t = common::now_us();
+        let _ = CONTENDER.try_with(|id| {
+            // The first join of the call counts (a call can join again after a given-back grant).
+            let _ = QUEUED_AT[*id as usize].compare_exchange(
+                0,
+                t,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        });
+    }
+}
+
+/// Installs [`QueuedLayer`] for the debug events of the library's waiting phase only.
+fn install_queued_layer() {
+    let only_waits = tracing_subscriber::filter::filter_fn(|meta| {
+        meta.is_event()
+            && *meta.level() == tracing::Level::DEBUG
+            && meta.target() == "fairlock::engine::acquire::wait"
+    });
+    let subscriber = tracing_subscriber::registry().with(QueuedLayer.with_filter(only_waits));
+    tracing::subscriber::set_global_default(subscriber).expect("a global tracing subscriber");
 }
 
 /// The timed window, sent to every contender at the start.
@@ -190,6 +267,7 @@ impl Lists {
 }
 
 fn main() {
+    install_queued_layer();
     match common::role().as_deref() {
         Some(WORKER_ROLE) => common::runtime().block_on(worker()),
         Some(other) => panic!("unknown helper role {other:?}"),
@@ -324,6 +402,18 @@ async fn critical_section(cs: &mut ConnectionManager) {
 
 async fn fair_contender(
     lock: fairlock::FairLock,
+    cs: ConnectionManager,
+    id: u32,
+    plan: watch::Receiver<Option<Plan>>,
+) -> Vec<Record> {
+    // The library's `queued` event is emitted while this task polls its lock() call.
+    CONTENDER
+        .scope(id, fair_contender_loop(lock, cs, id, plan))
+        .await
+}
+
+async fn fair_contender_loop(
+    lock: fairlock::FairLock,
     mut cs: ConnectionManager,
     id: u32,
     plan: watch::Receiver<Option<Plan>>,
@@ -335,11 +425,13 @@ async fn fair_contender(
         if issue >= plan.stop_us {
             break;
         }
+        QUEUED_AT[id as usize].store(0, Ordering::Relaxed);
         let guard = tokio::time::timeout(LOCK_TIMEOUT, lock.lock())
             .await
             .unwrap_or_else(|_| panic!("contender {id}: lock() took over {LOCK_TIMEOUT:?}"))
             .unwrap_or_else(|e| panic!("contender {id}: lock() failed: {e}"));
         let grant = common::now_us();
+        let queued = QUEUED_AT[id as usize].load(Ordering::Relaxed);
         critical_section(&mut cs).await;
         let release = common::now_us();
         guard
@@ -351,6 +443,7 @@ async fn fair_contender(
             issue,
             grant,
             release,
+            queued,
         });
     }
     records
@@ -381,6 +474,7 @@ async fn ticket_contender(
             .query_async(&mut own)
             .await
             .expect("INCR ticket");
+        let queued = common::now_us();
         let baton: Option<(String, String)> = redis::cmd("BRPOP")
             .arg(ticket_turn(ticket))
             .arg(LOCK_TIMEOUT.as_secs_f64())
@@ -405,6 +499,7 @@ async fn ticket_contender(
             issue,
             grant,
             release,
+            queued,
         });
     }
     records
@@ -453,6 +548,7 @@ async fn layout_contender(
             .invoke_async(&mut locks)
             .await
             .expect("layout acquire");
+        let queued = if granted == 0 { common::now_us() } else { 0 };
         if granted == 0 {
             // A queued contender is told exactly once, when the lock is already its own: the
             // permit a message stores (even before this wait starts) is this grant's.
@@ -482,6 +578,7 @@ async fn layout_contender(
             issue,
             grant,
             release: release_at,
+            queued,
         });
     }
     records
@@ -560,6 +657,7 @@ async fn polling_contender(
             issue,
             grant,
             release,
+            queued: 0,
         });
     }
     records
@@ -644,10 +742,11 @@ fn parent() {
             ] {
                 let r = run_once(&url, &mut admin, variant, c, duration).await;
                 eprintln!(
-                    "  {} C={c}: {:.0} acq/s, {} acquisitions, counter ok",
+                    "  {} C={c}: {:.0} acq/s, {} acquisitions ({} queued first), counter ok",
                     variant.label(),
                     r.rate,
-                    r.total
+                    r.total,
+                    r.queued
                 );
                 results.push(r);
             }
@@ -662,6 +761,8 @@ struct Outcome {
     contenders: usize,
     /// Every acquisition, also those granted after the window while the queue drained.
     total: usize,
+    /// Of them, the calls that waited in the queue (their place was confirmed before the grant).
+    queued: usize,
     /// Grants inside the window per second.
     rate: f64,
     wait_us: Vec<u64>,
@@ -669,6 +770,8 @@ struct Outcome {
     hold_us: Vec<u64>,
     handoff_us: Vec<u64>,
     inversions: u64,
+    /// Of those, the pairs where A had its place in the queue before B called.
+    queue_inversions: u64,
     /// The first few inversions, described (who waited, who overtook, by how much).
     inversion_examples: Vec<String>,
     /// Acquisitions that overtook at least one earlier waiter.
@@ -857,7 +960,10 @@ fn analyse(
     // FIFO inversions: A waiting, B calls lock() more than 2 ms after A, B granted before A.
     let mut by_issue: Vec<&Record> = records.iter().collect();
     by_issue.sort_by_key(|r| r.issue);
+    // Queue-order inversions: of those, the pairs where A's place in the queue was taken before
+    // B even called (A's queued reply came first), so B's attempts all ran after A had joined.
     let mut inversions = 0u64;
+    let mut queue_inversions = 0u64;
     let mut examples = Vec::new();
     let mut overtook = vec![false; by_issue.len()];
     for (i, a) in by_issue.iter().enumerate() {
@@ -867,14 +973,27 @@ fn analyse(
             }
             if b.issue > a.issue + INVERSION_MARGIN_US && b.grant < a.grant {
                 inversions += 1;
+                let after_queued = a.queued != 0 && a.queued < b.issue;
+                if after_queued {
+                    queue_inversions += 1;
+                }
                 overtook[j] = true;
                 if examples.len() < MAX_INVERSION_EXAMPLES {
                     // Contenders below `first_helper` run in this process, the others in the helper.
                     let first_helper = contenders.div_ceil(2) as u32;
                     let side = |c: u32| if c < first_helper { "main" } else { "helper" };
+                    let queued = if a.queued == 0 {
+                        "never queued".to_owned()
+                    } else {
+                        format!(
+                            "queued {} ms after its call, {} the other's call",
+                            ms(a.queued.saturating_sub(a.issue)),
+                            if after_queued { "before" } else { "after" }
+                        )
+                    };
                     examples.push(format!(
-                        "contender {} ({}) called at {:.3} s and waited {} ms; contender {} ({}) \
-                         called {} ms later and was granted {} ms before it",
+                        "contender {} ({}) called at {:.3} s, {queued}, and waited {} ms; \
+                         contender {} ({}) called {} ms later and was granted {} ms before it",
                         a.contender,
                         side(a.contender),
                         a.issue.saturating_sub(plan.start_us) as f64 / 1e6,
@@ -907,11 +1026,13 @@ fn analyse(
         variant,
         contenders,
         total: records.len(),
+        queued: records.iter().filter(|r| r.queued != 0).count(),
         rate: window.len() as f64 / secs,
         wait_us,
         hold_us,
         handoff_us,
         inversions,
+        queue_inversions,
         inversion_examples: examples,
         overtakers,
         jain,
@@ -930,9 +1051,9 @@ fn ms(us: u64) -> String {
 fn report(results: &[Outcome]) {
     println!();
     println!(
-        "| lock | C | acq/s | wait p50 ms | wait p99 ms | wait max ms | hold p50 ms | handoff p50 ms | handoff p99 ms | FIFO inversions (overtaking acq.) | Jain | cmds/acq | round trips/acq | Redis CPU µs/acq | client CPU µs/acq |"
+        "| lock | C | acq/s | wait p50 ms | wait p99 ms | wait max ms | hold p50 ms | handoff p50 ms | handoff p99 ms | FIFO inversions (overtaking acq.) | of them after A queued | Jain | cmds/acq | round trips/acq | Redis CPU µs/acq | client CPU µs/acq |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in results {
         let handoff = |p| {
             if r.handoff_us.is_empty() {
@@ -942,7 +1063,7 @@ fn report(results: &[Outcome]) {
             }
         };
         println!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} ({}) | {:.3} | {:.1} | {:.2} | {:.0} | {:.0} |",
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {:.3} | {:.1} | {:.2} | {:.0} | {:.0} |",
             r.variant.label(),
             r.contenders,
             r.rate,
@@ -954,6 +1075,11 @@ fn report(results: &[Outcome]) {
             handoff(99.0),
             r.inversions,
             r.overtakers,
+            if matches!(r.variant, Variant::Polling | Variant::RandomRetry) {
+                "n/a".to_owned()
+            } else {
+                r.queue_inversions.to_string()
+            },
             r.jain,
             r.commands,
             r.round_trips,
@@ -1000,6 +1126,10 @@ fn report(results: &[Outcome]) {
             ("acq/s ≥ 1.0× polling", r.rate >= poll.rate),
             ("acq/s ≥ 1.0× random retry", r.rate >= random.rate),
             ("zero FIFO inversions", r.inversions == 0),
+            (
+                "zero FIFO inversions after A queued",
+                r.queue_inversions == 0,
+            ),
             ("Jain ≥ 0.99", r.jain >= 0.99),
             ("handoff p50 ≤ 0.1 ms", p50 <= 0.1),
             ("handoff p99 ≤ 1 ms", p99 <= 1.0),
