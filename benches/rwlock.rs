@@ -15,7 +15,9 @@
 //! Workloads: read-heavy (90 % reads) and write-heavy (10 % reads). Reported per workload and
 //! lock: operations/s (median of the rounds, with min–max), reads/s and writes/s, the wait for
 //! the lock (call → grant) of writes (p50, p99, max: a starved writer shows here) and of reads
-//! (p99), and Redis commands per operation (critical sections included).
+//! (p99), and Redis commands per operation (critical sections included), then for each lock
+//! where they went: calls and server µs per operation of every command, scripts' inner commands
+//! under their own names.
 //!
 //! Checked on every run (the bench aborts loudly otherwise): no write overlapped another hold and
 //! no read overlapped a write (an in-process monitor every critical section passes through), and
@@ -77,6 +79,8 @@ struct Run {
     read_waits: Vec<u64>,
     write_waits: Vec<u64>,
     commands: u64,
+    /// The server's counters over the run.
+    stats: common::Info,
 }
 
 /// Every critical section passes through here: readers count up from 0, a writer sets the sign
@@ -257,6 +261,7 @@ async fn run_once(url: &str, variant: Variant, read_share: f64, secs: Duration) 
         read_waits,
         write_waits,
         commands: stats.calls_except(&["info", "config|resetstat", "flushall"]),
+        stats,
     }
 }
 
@@ -298,6 +303,7 @@ fn main() {
             "| lock | ops/s (median, min–max) | reads/s | writes/s | write wait p50 / p99 / max ms | read wait p99 ms | cmds/op |"
         );
         println!("|---|---:|---:|---:|---:|---:|---:|");
+        let mut details = Vec::new();
         for v in Variant::ALL {
             let mine: Vec<&Run> = runs
                 .iter()
@@ -338,6 +344,14 @@ fn main() {
                 ms(common::percentile(&rw, 99.0)),
                 cmds as f64 / ops_total.max(1) as f64
             );
+            details.push(format!(
+                "commands per op, {} (server µs; critical sections included): {}",
+                v.label(),
+                common::breakdown(mine.iter().map(|r| &r.stats), ops_total)
+            ));
+        }
+        for line in details {
+            println!("{line}");
         }
     }
 }

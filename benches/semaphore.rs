@@ -12,7 +12,8 @@
 //!
 //! Reported per semaphore: acquisitions/s (median of the rounds, with min–max), the wait for the
 //! permits (call → grant: p50, p99, max) and Redis commands per acquisition (the critical
-//! section's `GET` included).
+//! section's `GET` included), then for each semaphore where they went: calls and server µs per
+//! acquisition of every command, scripts' inner commands under their own names.
 //!
 //! Checked on every run (the bench aborts loudly otherwise): never more than 8 permits in use (an
 //! in-process meter every critical section passes through) and all 8 back at the end.
@@ -77,6 +78,8 @@ struct Run {
     /// Waits for the permit in µs, one per acquisition.
     waits: Vec<u64>,
     commands: u64,
+    /// The server's counters over the run.
+    stats: common::Info,
 }
 
 /// Permits in use as the critical sections see them; `broken` once more than [`PERMITS`].
@@ -253,6 +256,7 @@ async fn run_once(url: &str, variant: Variant, secs: Duration) -> Run {
         elapsed,
         waits,
         commands: stats.calls_except(&["info", "config|resetstat", "flushall"]),
+        stats,
     }
 }
 
@@ -288,6 +292,7 @@ fn main() {
         "\n| semaphore | acquisitions/s (median, min–max) | wait p50 / p99 / max ms | cmds/acq |"
     );
     println!("|---|---:|---:|---:|");
+    let mut details = Vec::new();
     for v in Variant::ALL {
         let mine: Vec<&Run> = runs.iter().filter(|r| r.variant == v).collect();
         let mut rates: Vec<f64> = mine
@@ -314,5 +319,13 @@ fn main() {
             ms(waits.last().copied().unwrap_or(0)),
             cmds as f64 / total.max(1) as f64
         );
+        details.push(format!(
+            "commands per acquisition, {} (server µs; critical sections included): {}",
+            v.label(),
+            common::breakdown(mine.iter().map(|r| &r.stats), total)
+        ));
+    }
+    for line in details {
+        println!("{line}");
     }
 }

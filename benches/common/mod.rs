@@ -212,6 +212,33 @@ impl Info {
     }
 }
 
+/// Where the commands of several runs went, per operation: `name calls (µs)` for every command
+/// that ran (scripts' inner commands under their own names), most calls first, without the
+/// bench's own `INFO`, `CONFIG RESETSTAT` and `FLUSHALL`. `ops`: the operations of those runs.
+pub fn breakdown<'a>(runs: impl IntoIterator<Item = &'a Info>, ops: usize) -> String {
+    let mut total: HashMap<String, CmdStat> = HashMap::new();
+    for info in runs {
+        for (name, stat) in &info.commands {
+            let t = total.entry(name.clone()).or_default();
+            t.calls += stat.calls;
+            t.usec += stat.usec;
+        }
+    }
+    let per = |n: u64| n as f64 / ops.max(1) as f64;
+    let mut rows: Vec<(String, f64, f64)> = total
+        .into_iter()
+        .filter(|(name, s)| {
+            s.calls > 0 && !["info", "config|resetstat", "flushall"].contains(&name.as_str())
+        })
+        .map(|(name, s)| (name, per(s.calls), per(s.usec)))
+        .collect();
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    rows.iter()
+        .map(|(name, calls, usec)| format!("{name} {calls:.2} ({usec:.1} µs)"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Reads `INFO commandstats stats cpu` (one command, one round trip).
 pub async fn info(conn: &mut MultiplexedConnection) -> Info {
     let text: String = redis::cmd("INFO")
