@@ -785,8 +785,8 @@ struct Outcome {
     /// Both bench processes' CPU per acquisition (µs).
     client_cpu_us: f64,
     /// Per command (scripts' inner commands included): calls and server µs per acquisition,
-    /// most calls first; coordination and the critical section included.
-    breakdown: Vec<(String, f64, f64)>,
+    /// most calls first; coordination and the critical section included (`common::breakdown`).
+    breakdown: String,
 }
 
 async fn run_once(
@@ -920,14 +920,7 @@ async fn run_once(
     let per = |us: u64| us as f64 / total.max(1) as f64;
     outcome.redis_cpu_us = per(delta.cpu_us);
     outcome.client_cpu_us = per(main_cpu.as_micros() as u64 + helper_cpu_us);
-    let mut breakdown: Vec<(String, f64, f64)> = delta
-        .commands
-        .iter()
-        .filter(|(_, st)| st.calls > 0)
-        .map(|(name, st)| (name.clone(), per(st.calls), per(st.usec)))
-        .collect();
-    breakdown.sort_by(|a, b| b.1.total_cmp(&a.1));
-    outcome.breakdown = breakdown;
+    outcome.breakdown = common::breakdown([&delta], total);
     outcome
 }
 
@@ -1040,7 +1033,7 @@ fn analyse(
         round_trips,
         redis_cpu_us: 0.0,
         client_cpu_us: 0.0,
-        breakdown: Vec::new(),
+        breakdown: String::new(),
     }
 }
 
@@ -1191,15 +1184,10 @@ fn report(results: &[Outcome]) {
     for c in [1, 64] {
         for variant in [Variant::Ticket, Variant::Layout, Variant::Fair] {
             let Some(r) = find(variant, c) else { continue };
-            let parts: Vec<String> = r
-                .breakdown
-                .iter()
-                .map(|(name, calls, usec)| format!("{name} {calls:.2} ({usec:.1} µs)"))
-                .collect();
             println!(
                 "commands per acquisition, {} C={c} (server µs; coordination and critical section included): {}",
                 r.variant.label(),
-                parts.join(", ")
+                r.breakdown
             );
         }
     }
