@@ -1,11 +1,13 @@
 //! The lease of a hold, one type from the call that asks for it to the hold that keeps it:
 //! renewed by the watchdog, or fixed. A fixed lease is checked once, where it enters the library
-//! ([`Lease::new`]); Redis sees it in whole milliseconds ([`Lease::ttl_ms`]).
+//! ([`Lease::new`]); Redis sees it in whole milliseconds ([`Lease::ttl_ms`]). Also the rules
+//! every lease follows: the drift margin taken off it and the validity deadline that leaves
+//! ([`validity_deadline`]), and the shortest lease that leaves any ([`lease_ms`]).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::config::lease_ms;
-use crate::error::Result;
+use crate::config::{duration_ms, MIN_LEASE};
+use crate::error::{Error, Result};
 
 /// How long a hold lasts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +54,35 @@ impl Lease {
     pub(crate) fn ttl_ms(self, watchdog_timeout: Duration) -> i64 {
         self.span(watchdog_timeout).as_millis() as i64
     }
+}
+
+/// The drift margin subtracted from a lease before the local validity deadline: 1 % + 2 ms, as
+/// Redlock uses for clock drift between client and server.
+pub(crate) fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// The validity deadline of a grant or renewal sent at `sent` with a lease of `lease`: the moment
+/// up to which no other client can have taken the lock, allowing for clock drift.
+pub(crate) fn validity_deadline(sent: Instant, lease: Duration) -> Instant {
+    sent + lease.saturating_sub(drift(lease))
+}
+
+/// Converts a lease to whole milliseconds for Redis, as [`duration_ms`] does, and refuses one
+/// that leaves no validity after its drift margin (under [`MIN_LEASE`]): a grant made with it
+/// could never be trusted, and a call would retry it until its wait ran out.
+pub(crate) fn lease_ms(argument: &'static str, lease: Duration) -> Result<i64> {
+    let ms = duration_ms(argument, lease)?;
+    if lease < MIN_LEASE {
+        return Err(Error::invalid_argument(
+            argument,
+            format!(
+                "{lease:?} leaves no validity after the drift margin of {:?} (the shortest lease is {MIN_LEASE:?})",
+                drift(lease)
+            ),
+        ));
+    }
+    Ok(ms)
 }
 
 #[cfg(test)]

@@ -93,29 +93,6 @@ pub(crate) struct Config {
     pub(crate) metrics_lock_names: bool,
 }
 
-/// The drift margin subtracted from a lease before the local validity deadline: 1 % + 2 ms, as
-/// Redlock uses for clock drift between client and server.
-pub(crate) fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
-
-/// Converts a lease to whole milliseconds for Redis, as [`duration_ms`] does, and refuses one
-/// that leaves no validity after its drift margin (under [`MIN_LEASE`]): a grant made with it
-/// could never be trusted, and a call would retry it until its wait ran out.
-pub(crate) fn lease_ms(argument: &'static str, lease: Duration) -> Result<i64> {
-    let ms = duration_ms(argument, lease)?;
-    if lease < MIN_LEASE {
-        return Err(Error::invalid_argument(
-            argument,
-            format!(
-                "{lease:?} leaves no validity after the drift margin of {:?} (the shortest lease is {MIN_LEASE:?})",
-                drift(lease)
-            ),
-        ));
-    }
-    Ok(ms)
-}
-
 /// Converts a duration to whole milliseconds for Redis, rejecting zero and values beyond `i64` ms.
 pub(crate) fn duration_ms(argument: &'static str, d: Duration) -> Result<i64> {
     let ms = d.as_millis();

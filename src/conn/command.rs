@@ -90,7 +90,7 @@ pub(crate) enum PubSubLink {
 /// How many times redis-rs's cluster client may send a command again by itself: after `MOVED` /
 /// `ASK` (the command did not run), but also after a timeout or a dropped connection, when it may
 /// have run. Every lock script is a compare-and-set on the holder's count, so a second run of the
-/// same call changes nothing (`engine/field.rs`); the bound only keeps one call within 3 command
+/// same call changes nothing (`engine/field/`); the bound only keeps one call within 3 command
 /// timeouts (the default, 16, would allow 17). Longer outages are ridden out by our own retry
 /// loops.
 #[cfg(feature = "cluster")]

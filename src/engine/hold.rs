@@ -8,13 +8,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::lease_ms;
 use crate::engine::driver::{RunToEnd, Work};
 use crate::engine::field::{Held, HoldRef, Registered, What};
 use crate::engine::lane::Lane;
 use crate::engine::release::release_logged;
 use crate::engine::validity::LostReason;
 use crate::error::{Error, Result};
+use crate::lease::lease_ms;
 use crate::wire::Unlocked;
 
 /// One hold; see the module documentation.
@@ -37,7 +37,7 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    /// A hold just registered in `held`'s account (`engine/acquire/grant.rs`), already counted
+    /// A hold just registered in `held`'s account (`engine/acquire/attempt.rs`), already counted
     /// live at its epoch by the registration.
     pub(crate) fn new(held: Arc<Held>, registered: Registered, token: Option<u64>) -> Self {
         let Registered { gen, hold, epoch } = registered;

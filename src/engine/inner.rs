@@ -2,6 +2,7 @@
 //! field it works on. Handles, guards and each field's `Held` keep it alive; background tasks
 //! never hold a strong reference to it, so they end when the last of those is gone.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -24,7 +25,7 @@ pub(crate) struct Inner {
     pub(crate) conn: Conn,
     pub(crate) subscriber: Subscriber,
     pub(crate) driver: DriverHandle,
-    /// Every lock and owner field this client works on (see `field.rs`).
+    /// Every lock and owner field this client works on (see `engine/field/`).
     pub(crate) helds: Helds,
     /// `true` once shut down; waiters watch it.
     pub(crate) closed: watch::Sender<bool>,
@@ -113,6 +114,13 @@ impl Inner {
             permits: std::sync::Mutex::new(Vec::new()),
             background: Arc::default(),
         }
+    }
+
+    /// The holder of one acquisition call that brought none of its own: an idle one of this
+    /// client on lock `name` when there is one (see [`reuse_holder`](Self::reuse_holder)),
+    /// else a fresh one.
+    pub(crate) fn call_holder(&self, name: &str) -> i64 {
+        self.reuse_holder(name).unwrap_or_else(mint_holder_id)
     }
 
     /// A holder id for a new call on lock `name` that a call of this client used before and that
@@ -231,4 +239,12 @@ impl Inner {
             }
         }
     }
+}
+
+/// The next minted holder id: negative, from one process-wide counter, so unique within every
+/// client of the process (a `RedLock` uses one id on several clients) and never equal to a raw
+/// id (`Holder::from_raw` takes the non-negative ones).
+pub(crate) fn mint_holder_id() -> i64 {
+    static NEXT_MINTED: AtomicI64 = AtomicI64::new(-1);
+    NEXT_MINTED.fetch_sub(1, Ordering::Relaxed)
 }

@@ -1,5 +1,5 @@
 //! A lane: a FIFO turn-taking permit with some state, the structure behind the ordering rule of
-//! every lock and owner field (see `field.rs`): operations run one at a time, in the order they
+//! every lock and owner field (see `engine/field/`): operations run one at a time, in the order they
 //! asked for their turn, and the state is only changed by whoever holds the turn.
 //!
 //! What makes it fit lock work, where tokio's `Mutex` does not:
@@ -10,7 +10,7 @@
 //!   a turn handed to a caller that has just gone is passed on, never lost.
 //! * **A turn is a value** ([`Turn`]) that can move into a future handed to a background task, so
 //!   an operation whose caller left still finishes before the next one starts.
-//! * **It lives inside its owner** (a [`LaneOwner`], e.g. the per-field state of `field.rs`): a turn
+//! * **It lives inside its owner** (a [`LaneOwner`], e.g. the per-field state of `engine/field/`): a turn
 //!   holds the owner's `Arc`, so a lane costs no allocation of its own.
 //!
 //! It must never: hold its mutex while running anybody's code (a background job, a dropped

@@ -1,6 +1,6 @@
 //! Ending holds, under the field's turn: the release of one guard's hold, the settling of a dark
 //! attempt (one whose reply was lost), and the release of every hold at shutdown. Each keeps the
-//! field's account exact (see `field.rs`), retries transient failures under the same expected
+//! field's account exact (see `engine/field/`), retries transient failures under the same expected
 //! count (so a resend that already ran is recognised, not repeated), and re-learns the count
 //! when Redis shows another one.
 //!

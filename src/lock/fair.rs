@@ -1,13 +1,14 @@
-//! [`FairLock`]: the public face of the fair lock. The waiting loop is in `lock/acquire.rs`, the scripts in
-//! `lua/fair_*.lua`.
+//! [`FairLock`]: the public face of the fair lock. The waiting loop is in `engine/acquire/`, the
+//! scripts in `lua/fair_*.lua`.
 //!
-//! No logic and no state of its own: every method delegates to the shared handle (`lock/handle.rs`).
+//! No logic and no state of its own: every method is one call into the engine's `Handle`
+//! (`engine/acquire/call.rs`; its reads and force-unlock in `lock/handle.rs`).
 
 use crate::keys::Kind;
 use std::sync::Arc;
 
+use crate::engine::acquire::Handle;
 use crate::engine::inner::Inner;
-use crate::lock::handle::Handle;
 
 /// A fair, reentrant distributed lock: waiters are granted the lock **in the order they arrived at
 /// Redis**, first come, first served, across every client and process that uses the same name.
@@ -144,7 +145,7 @@ impl FairLock {
     /// give-up) arrives before the holder's next call.
     #[must_use = "with_holder() returns a new handle; the original is unchanged"]
     pub fn with_holder(mut self, holder: crate::Holder) -> Self {
-        self.0.set_holder(holder);
+        self.0.set_holder(holder.id());
         self
     }
 
@@ -181,7 +182,7 @@ impl FairLock {
     /// no I/O in `Drop`) and wakes the next waiter; if the lock was granted after the caller
     /// stopped waiting, it is released again.
     pub async fn lock(&self) -> crate::Result<crate::LockGuard> {
-        self.0.acquire_unbounded(None).await
+        Ok(crate::LockGuard::new(self.0.acquire_unbounded(None).await?))
     }
 
     /// Waits as long as it takes, then holds the lock for at most `lease` (never renewed).
@@ -196,7 +197,9 @@ impl FairLock {
         &self,
         lease: std::time::Duration,
     ) -> crate::Result<crate::LockGuard> {
-        self.0.acquire_unbounded(Some(lease)).await
+        Ok(crate::LockGuard::new(
+            self.0.acquire_unbounded(Some(lease)).await?,
+        ))
     }
 
     /// Waits at most `wait` for the lock. `lease: None` holds it with the watchdog; `Some(lease)`
@@ -223,7 +226,11 @@ impl FairLock {
         wait: std::time::Duration,
         lease: Option<std::time::Duration>,
     ) -> crate::Result<Option<crate::LockGuard>> {
-        self.0.acquire(Some(wait), lease).await
+        Ok(self
+            .0
+            .acquire(Some(wait), lease)
+            .await?
+            .map(crate::LockGuard::new))
     }
 
     /// Takes the lock as [`lock`](Self::lock) does (no lease: the watchdog keeps it), runs

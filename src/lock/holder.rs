@@ -11,18 +11,15 @@
 //! (`Inner::reuse_holder`): its waiter channel is then still subscribed, which saves a waiting
 //! call a subscription. Two calls that run at the same time never share an id.
 //!
-//! Minted ids are negative and come from one process-wide counter, so they are unique within
+//! Minted ids are negative and come from one process-wide counter (`engine/inner.rs`
+//! `mint_holder_id`), so they are unique within
 //! every client of the process (a [`RedLock`](crate::RedLock) uses one id on several clients).
 //! Raw ids, for interop and inspection, are the non-negative ones: a minted value never equals a
 //! raw one.
 
-use std::sync::atomic::{AtomicI64, Ordering};
-
 use crate::error::{Error, Result};
 
 /// Minted holder ids count down from -1 (never 0 or positive: those are raw ids).
-static NEXT_MINTED: AtomicI64 = AtomicI64::new(-1);
-
 /// A holder: the second half of the owner field `<client uuid>:<holder id>` a hold is recorded
 /// under in Redis.
 ///
@@ -55,7 +52,7 @@ pub struct Holder(i64);
 impl Holder {
     /// A new holder id, never handed out before in this process (a negative number).
     pub(crate) fn mint() -> Holder {
-        Holder(NEXT_MINTED.fetch_sub(1, Ordering::Relaxed))
+        Holder(crate::engine::inner::mint_holder_id())
     }
 
     /// The holder whose id was read back from an owner field this client built.

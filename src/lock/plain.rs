@@ -1,12 +1,13 @@
 //! [`NonFairLock`]: the non-fair lock in Redisson's `RLock` layout.
 //!
-//! No logic and no state of its own: every method delegates to the shared handle (`lock/handle.rs`).
+//! No logic and no state of its own: every method is one call into the engine's `Handle`
+//! (`engine/acquire/call.rs`; its reads and force-unlock in `lock/handle.rs`).
 
 use crate::keys::Kind;
 use std::sync::Arc;
 
+use crate::engine::acquire::Handle;
 use crate::engine::inner::Inner;
-use crate::lock::handle::Handle;
 
 /// A non-fair, reentrant distributed lock in Redisson's `RLock` layout: one hash per lock, and a
 /// release message on `redisson_lock__channel:{NAME}` that every waiter listens to.
@@ -65,7 +66,7 @@ impl NonFairLock {
     /// exclude each other (see [`FairLock::with_holder`](crate::FairLock::with_holder)).
     #[must_use = "with_holder() returns a new handle; the original is unchanged"]
     pub fn with_holder(mut self, holder: crate::Holder) -> Self {
-        self.0.set_holder(holder);
+        self.0.set_holder(holder.id());
         self
     }
 
@@ -89,7 +90,7 @@ impl NonFairLock {
     /// another local waiter; if the lock was granted after the caller stopped waiting, it is
     /// released again.
     pub async fn lock(&self) -> crate::Result<crate::LockGuard> {
-        self.0.acquire_unbounded(None).await
+        Ok(crate::LockGuard::new(self.0.acquire_unbounded(None).await?))
     }
 
     /// Waits as long as it takes, then holds the lock for at most `lease` (never renewed).
@@ -104,7 +105,9 @@ impl NonFairLock {
         &self,
         lease: std::time::Duration,
     ) -> crate::Result<crate::LockGuard> {
-        self.0.acquire_unbounded(Some(lease)).await
+        Ok(crate::LockGuard::new(
+            self.0.acquire_unbounded(Some(lease)).await?,
+        ))
     }
 
     /// Waits at most `wait`; `lease: None` uses the watchdog. `Ok(None)` when `wait` ran out.
@@ -121,7 +124,11 @@ impl NonFairLock {
         wait: std::time::Duration,
         lease: Option<std::time::Duration>,
     ) -> crate::Result<Option<crate::LockGuard>> {
-        self.0.acquire(Some(wait), lease).await
+        Ok(self
+            .0
+            .acquire(Some(wait), lease)
+            .await?
+            .map(crate::LockGuard::new))
     }
 
     /// Takes the lock as [`lock`](Self::lock) does (no lease: the watchdog keeps it), runs

@@ -8,11 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::acquire::Handle;
 use crate::engine::inner::Inner;
 use crate::error::Result;
 use crate::keys::Kind;
 use crate::lock::guard::LockGuard;
-use crate::lock::handle::Handle;
 use crate::lock::holder::Holder;
 use crate::state::RwLockState;
 
@@ -215,7 +215,7 @@ impl ReadLock {
     /// side the same holder to downgrade.
     #[must_use = "with_holder() returns a new handle; the original is unchanged"]
     pub fn with_holder(mut self, holder: Holder) -> Self {
-        self.0.set_holder(holder);
+        self.0.set_holder(holder.id());
         self
     }
 
@@ -232,7 +232,7 @@ impl ReadLock {
     /// Cancel safe: dropping the future stops waiting; if the lock was granted after the
     /// caller stopped waiting, it is released again.
     pub async fn lock(&self) -> Result<LockGuard> {
-        self.0.acquire_unbounded(None).await
+        Ok(crate::LockGuard::new(self.0.acquire_unbounded(None).await?))
     }
 
     /// Waits as long as it takes, then holds the read lock for at most `lease`
@@ -245,7 +245,9 @@ impl ReadLock {
     /// # Cancel safety
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.0.acquire_unbounded(Some(lease)).await
+        Ok(crate::LockGuard::new(
+            self.0.acquire_unbounded(Some(lease)).await?,
+        ))
     }
 
     /// Waits at most `wait`; `lease: None` uses the watchdog. `Ok(None)` when `wait` ran
@@ -262,7 +264,11 @@ impl ReadLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        self.0.acquire(Some(wait), lease).await
+        Ok(self
+            .0
+            .acquire(Some(wait), lease)
+            .await?
+            .map(crate::LockGuard::new))
     }
 
     /// Takes the read lock as [`lock`](Self::lock) does, runs `work` while it is
@@ -339,7 +345,7 @@ impl WriteLock {
     /// side the same holder to downgrade.
     #[must_use = "with_holder() returns a new handle; the original is unchanged"]
     pub fn with_holder(mut self, holder: Holder) -> Self {
-        self.0.set_holder(holder);
+        self.0.set_holder(holder.id());
         self
     }
 
@@ -356,7 +362,7 @@ impl WriteLock {
     /// Cancel safe: dropping the future stops waiting; if the lock was granted after the
     /// caller stopped waiting, it is released again.
     pub async fn lock(&self) -> Result<LockGuard> {
-        self.0.acquire_unbounded(None).await
+        Ok(crate::LockGuard::new(self.0.acquire_unbounded(None).await?))
     }
 
     /// Waits as long as it takes, then holds the write lock for at most `lease`
@@ -369,7 +375,9 @@ impl WriteLock {
     /// # Cancel safety
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.0.acquire_unbounded(Some(lease)).await
+        Ok(crate::LockGuard::new(
+            self.0.acquire_unbounded(Some(lease)).await?,
+        ))
     }
 
     /// Waits at most `wait`; `lease: None` uses the watchdog. `Ok(None)` when `wait` ran
@@ -386,7 +394,11 @@ impl WriteLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        self.0.acquire(Some(wait), lease).await
+        Ok(self
+            .0
+            .acquire(Some(wait), lease)
+            .await?
+            .map(crate::LockGuard::new))
     }
 
     /// Takes the write lock as [`lock`](Self::lock) does, runs `work` while it is

@@ -194,7 +194,7 @@ impl Task {
         if had {
             // Every waiter looks now rather than at its next timer (up to the watchdog timeout
             // away): if Redis itself is gone, its attempt fails at once and the call's outage
-            // clock starts when the outage did, not a sleep later (see `lock/acquire.rs`).
+            // clock starts when the outage did, not a sleep later (see `engine/acquire/outage.rs`).
             self.registry.wake_all();
         }
     }

@@ -8,7 +8,7 @@
 //! sleep until a message, the hint the script gave (the lock's TTL when we are the head: nobody
 //! announces an expiry), our deadline, or a shutdown.
 //!
-//! Every attempt runs with the turn of the lock's owner field (`engine/field.rs`): it takes its place in
+//! Every attempt runs with the turn of the lock's owner field (`engine/field/`): it takes its place in
 //! the field's line synchronously, before its first await, so whatever this holder left to the
 //! background earlier (a dropped guard's release, a cancelled wait's give-up) reaches Redis first.
 //! The attempt is a boxed future polled by the caller's future; if the caller drops it while one
@@ -21,10 +21,8 @@
 
 mod attempt;
 mod call;
-mod grant;
 mod outage;
 mod settle;
 mod wait;
-mod waiter;
 
-pub(crate) use call::{acquire, reenter, Request};
+pub(crate) use call::{reenter, Handle};

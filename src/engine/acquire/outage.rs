@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use super::waiter::{max_idle, Waiter};
+use super::call::{max_idle, Waiter};
 use crate::engine::outage::{nap, Outage};
 use crate::error::{Error, Result};
 

@@ -3,7 +3,7 @@
 //! after subscribing, so a release in between is not missed); it sleeps until a message, the
 //! hint its attempt gave (the lock's TTL when it is the head: nobody announces an expiry), its
 //! deadline or a shutdown, and takes up a direct grant announced for its last attempt without a
-//! round trip (`grant.rs`). A writer-preferring read-write waiter whose turn has not come waits
+//! round trip (`attempt.rs`). A writer-preferring read-write waiter whose turn has not come waits
 //! on the queue's turns channel instead (PROTOCOL 10).
 
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::waiter::{max_idle, Step, Waiter};
+use super::call::{max_idle, Step, Waiter};
 use crate::engine::driver::{WaiterBeat, Work};
 use crate::engine::outage::{shut_down, Outage};
 use crate::error::{Error, Result};
@@ -36,36 +36,6 @@ pub(super) struct Queued {
 }
 
 impl Waiter {
-    /// A channel still lingering from this holder's last wait is taken at once, so even the
-    /// first attempt is covered and needs no re-check.
-    pub(super) fn take_lingering_subscription(&mut self) {
-        if self.zero_wait {
-            return;
-        }
-        let channel = self.args.spec.wake_channel(&self.args.field);
-        self.subscription = self.inner.subscriber.subscribe_if_live(&channel);
-        if self.args.spec.prefer_writers {
-            let turns = self.args.spec.keys.rw_turns_channel();
-            self.turns = self.inner.subscriber.subscribe_if_live(&turns);
-            if self.turns.is_none() {
-                // Both or neither: the first attempt is re-checked after subscribing.
-                self.subscription = None;
-            }
-        }
-    }
-
-    /// The message counts before an attempt: of the broadcast side of a read-write lock's
-    /// mailbox (when we wait there) and of the turns channel of a writer-preferring queue, so a
-    /// message that comes while the attempt runs is seen before we sleep.
-    pub(super) fn messages_seen(&self) -> (Option<u64>, Option<u64>) {
-        let seen = self
-            .subscription
-            .as_ref()
-            .filter(|_| self.broadcast())
-            .map(|s| s.mail().seq());
-        (seen, self.turns.as_ref().map(|s| s.mail().seq()))
-    }
-
     /// The waiting phase: the last attempt left us queued (or, for a non-fair lock, told us
     /// how long the lock stays). Subscribes first if we were not (then looks again at once, so a
     /// release between the attempt and the subscription is not missed), has the driver
@@ -254,7 +224,7 @@ impl Waiter {
     /// may all enter at once), or any waiter of a writer-preferring lock (which of them may enter
     /// is the queue's to say, so every one of them looks). Writers of a default read-write lock
     /// wait as a non-fair lock's waiters do, one woken per message.
-    fn broadcast(&self) -> bool {
+    pub(super) fn broadcast(&self) -> bool {
         let spec = &self.args.spec;
         spec.kind == Kind::Read || (spec.kind == Kind::Write && spec.prefer_writers)
     }

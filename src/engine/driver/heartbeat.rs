@@ -89,7 +89,7 @@ pub(super) fn on_beaten(waiters: &[Weak<WaiterBeat>], result: Result<Vec<Beat>>)
         Err(e) => {
             tracing::warn!(error = %crate::error::chain(&e), waiters = waiters.len(), "waiter heartbeat failed");
             // Redis did not answer: the waiters try now instead of at their next timer, so a
-            // call's outage clock starts within a heartbeat of the outage (`lock/acquire.rs`).
+            // call's outage clock starts within a heartbeat of the outage (`engine/acquire/outage.rs`).
             for w in waiters.iter().filter_map(Weak::upgrade) {
                 w.mail.wake();
                 if let Some(turns) = &w.turns {

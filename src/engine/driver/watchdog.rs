@@ -7,7 +7,7 @@
 //!   it, but if that one then fails it goes out at once rather than a period later (a server
 //!   stalled for longer than the command timeout, e.g. writes paused by a manual failover, must not
 //!   cost a lock whose lease has time left).
-//! * Every held lock has a validity deadline (see `engine/field.rs`); a timer at it marks the guards lost
+//! * Every held lock has a validity deadline (see `engine/field/`); a timer at it marks the guards lost
 //!   for the log and for everyone who only polls (guards also see it lazily, exactly on time).
 //! * A renewal that finds the lock gone, or two failing in a row, tell the holder at once, and
 //!   renewals of that lock stop (its holds expire with their TTL) until it is taken again.

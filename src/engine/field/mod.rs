@@ -41,12 +41,10 @@
 //! is registered (check, new deadline, epoch) in one step under the lane's mutex at one instant.
 
 mod account;
-mod events;
 mod held;
 mod losses;
-mod registry;
 
 pub(crate) use account::What;
-pub(crate) use events::{HoldRef, Registered};
+pub(crate) use account::{HoldRef, Registered};
+pub(crate) use held::Helds;
 pub(crate) use held::{next_id, FieldTurn, Held};
-pub(crate) use registry::Helds;
