@@ -68,7 +68,8 @@ impl Drop for Running {
 /// Holder ids of ended calls that left nothing behind, by lock name, newest last.
 #[derive(Debug, Default)]
 struct IdleHolders {
-    by_name: std::collections::HashMap<Box<str>, Vec<i64>>,
+    /// Each id with whether its waiter channel was subscribed (see `Inner::holder_idle`).
+    by_name: std::collections::HashMap<Box<str>, Vec<(i64, bool)>>,
     total: usize,
 }
 
@@ -118,9 +119,11 @@ impl Inner {
 
     /// The holder of one acquisition call that brought none of its own: an idle one of this
     /// client on lock `name` when there is one (see [`reuse_holder`](Self::reuse_holder)),
-    /// else a fresh one.
-    pub(crate) fn call_holder(&self, name: &str) -> i64 {
-        self.reuse_holder(name).unwrap_or_else(mint_holder_id)
+    /// else a fresh one; and whether its waiter channel may still be subscribed (a fresh id's
+    /// never is, nor that of an idle one whose calls never subscribed).
+    pub(crate) fn call_holder(&self, name: &str) -> (i64, bool) {
+        self.reuse_holder(name)
+            .unwrap_or_else(|| (mint_holder_id(), false))
     }
 
     /// A holder id for a new call on lock `name` that a call of this client used before and that
@@ -139,7 +142,7 @@ impl Inner {
     /// hold. What Redis may still have of it is what any holder's next call meets and settles:
     /// a queue entry whose give-up failed (dropped by the call's first attempt) and a grant
     /// message that comes late (it names the old call's nonce and is ignored).
-    pub(crate) fn reuse_holder(&self, name: &str) -> Option<i64> {
+    pub(crate) fn reuse_holder(&self, name: &str) -> Option<(i64, bool)> {
         let mut idle = self.idle_holders.lock().unwrap_or_else(|p| p.into_inner());
         let ids = idle.by_name.get_mut(name)?;
         let id = ids.pop();
@@ -153,7 +156,8 @@ impl Inner {
     }
 
     /// A call holder `id` on lock `name` left nothing behind: a later call may reuse it.
-    pub(crate) fn holder_idle(&self, name: &str, id: i64) {
+    /// `subscribed`: a call of it subscribed its waiter channel, which may still linger.
+    pub(crate) fn holder_idle(&self, name: &str, id: i64, subscribed: bool) {
         let mut idle = self.idle_holders.lock().unwrap_or_else(|p| p.into_inner());
         if idle.total >= MAX_IDLE_HOLDERS {
             return;
@@ -162,7 +166,7 @@ impl Inner {
         if ids.len() >= MAX_IDLE_HOLDERS_PER_NAME {
             return;
         }
-        ids.push(id);
+        ids.push((id, subscribed));
         idle.total += 1;
     }
 

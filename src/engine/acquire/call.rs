@@ -103,13 +103,17 @@ impl Handle {
         lease: Option<Duration>,
     ) -> Result<Option<Hold>> {
         let spec = self.spec()?;
-        let (holder, per_call) = match self.holder {
-            Some(holder) => (holder, false),
-            None => (self.inner.call_holder(spec.name()), true),
+        let (holder, per_call, lingering) = match self.holder {
+            Some(holder) => (holder, false, true),
+            None => {
+                let (holder, subscribed) = self.inner.call_holder(spec.name());
+                (holder, true, subscribed)
+            }
         };
         let req = Request {
             holder,
             per_call,
+            lingering,
             wait,
             lease,
             fenced: self.fenced,
@@ -133,6 +137,10 @@ struct Request {
     /// The holder is the call's own (not one the caller passed): the field may be reused by a
     /// later call of this client once nothing of it is left (`Inner::reuse_holder`).
     pub(crate) per_call: bool,
+    /// The field's waiter channel may still be subscribed from an earlier call of the holder:
+    /// look for it before the first attempt (`false` only for a holder whose calls never
+    /// subscribed it, where looking cannot find one).
+    pub(crate) lingering: bool,
     /// `None`: wait for ever.
     pub(crate) wait: Option<Duration>,
     /// `None`: watchdog. Checked by the call (an invalid lease ends it as an error, counted in
@@ -278,6 +286,9 @@ async fn acquire_inner(
         turns: None,
         place: None,
     };
+    if req.lingering {
+        waiter.take_lingering_subscription();
+    }
     async move { waiter.run(deadline).await }
         .instrument(span)
         .await
@@ -293,6 +304,7 @@ pub(crate) async fn reenter(hold: &Hold, lease: Option<Duration>) -> Result<Opti
     let req = Request {
         holder: held.holder_id(),
         per_call: false,
+        lingering: true,
         wait: Some(Duration::ZERO),
         lease,
         fenced: hold.token().is_some(),
@@ -362,7 +374,8 @@ pub(super) enum Step {
 
 impl Waiter {
     /// A channel still lingering from this holder's last wait is taken at once, so even the
-    /// first attempt is covered and needs no re-check.
+    /// first attempt is covered and needs no re-check. (Called only when the holder's calls
+    /// may have subscribed it: [`Request::lingering`].)
     pub(super) fn take_lingering_subscription(&mut self) {
         if self.zero_wait {
             return;
@@ -376,6 +389,9 @@ impl Waiter {
                 // Both or neither: the first attempt is re-checked after subscribing.
                 self.subscription = None;
             }
+        }
+        if self.subscription.is_some() {
+            self.held.mark_subscribed();
         }
     }
 
@@ -395,7 +411,6 @@ impl Waiter {
     /// for a reason to look again (`wait.rs`); transient errors are ridden out (`outage.rs`).
     pub(super) async fn run(&mut self, deadline: Option<Instant>) -> Result<Option<Hold>> {
         let mut closed = self.inner.closed.subscribe();
-        self.take_lingering_subscription();
         let mut outage = Outage::default();
         // How long an attempt may wait for its field's turn behind earlier work of the same
         // holder on this lock (a release retrying through an outage keeps the turn for up to its

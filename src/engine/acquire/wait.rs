@@ -174,6 +174,7 @@ impl Waiter {
     async fn subscribe(&mut self) -> Result<()> {
         let channel = self.args.spec.wake_channel(&self.args.field);
         self.subscription = Some(self.inner.subscriber.subscribe(channel).await?);
+        self.held.mark_subscribed();
         if self.args.spec.prefer_writers && self.turns.is_none() {
             let turns = self.args.spec.keys.rw_turns_channel();
             self.turns = Some(self.inner.subscriber.subscribe(turns).await?);

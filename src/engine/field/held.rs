@@ -48,7 +48,8 @@ pub(crate) struct Held {
     valid_by_watchdog: AtomicBool,
     /// The last lapsed deadline marked lost ([`to_nanos`]; 0: none), so one lapse is marked once.
     lapse_marked: AtomicU64,
-    /// [`PER_CALL`] and [`EXPOSED`]: whether the holder id may be reused when this is dropped.
+    /// [`PER_CALL`] and [`EXPOSED`]: whether the holder id may be reused when this is dropped;
+    /// [`SUBSCRIBED`]: whether its waiter channel may linger then.
     reuse: std::sync::atomic::AtomicU8,
 }
 
@@ -56,6 +57,8 @@ pub(crate) struct Held {
 const PER_CALL: u8 = 1;
 /// The holder id was handed to the user (a guard's `holder()`).
 const EXPOSED: u8 = 2;
+/// A call of the field held a subscription of its waiter channel.
+const SUBSCRIBED: u8 = 4;
 
 impl Held {
     /// A field with nothing in it yet (the registry makes them).
@@ -92,6 +95,12 @@ impl Held {
     /// The field's holder is a call's own: its id may be reused once nothing of it is left.
     pub(crate) fn mark_per_call(&self) {
         self.reuse.fetch_or(PER_CALL, Ordering::Relaxed);
+    }
+
+    /// A call of the field holds a subscription of its waiter channel: when the holder id is
+    /// reused, the channel may still be subscribed (it lingers), so that call looks for it.
+    pub(crate) fn mark_subscribed(&self) {
+        self.reuse.fetch_or(SUBSCRIBED, Ordering::Relaxed);
     }
 
     /// The holder id was handed out: it is never reused.
@@ -365,12 +374,15 @@ impl Drop for Held {
         // A call's own holder that left nothing Redis may hold unseen can serve a later call
         // (see `Inner::reuse_holder`). Nothing else refers to the field, so no guard, call or
         // work in its line is left; the account says whether Redis may still hold any of it.
-        if *self.reuse.get_mut() == PER_CALL {
+        let flags = *self.reuse.get_mut();
+        if flags & !SUBSCRIBED == PER_CALL {
             let clean = self
                 .lane
                 .with(|a| a.count == 0 && a.uncertain == 0 && !a.dark);
             if clean {
-                self.inner.holder_idle(self.spec.name(), self.holder_id());
+                let subscribed = flags & SUBSCRIBED != 0;
+                self.inner
+                    .holder_idle(self.spec.name(), self.holder_id(), subscribed);
             }
         }
     }
