@@ -70,8 +70,12 @@ pub(crate) async fn shutdown(inner: &Inner) {
     join_all(inner.helds.all().into_iter().map(|held| async move {
         match tokio::time::timeout(bound, Lane::enter(&held)).await {
             Ok(turn) => {
-                let _ = release_logged(&held, &turn, What::All).await;
+                // The guards are told first: once the release below reaches Redis, another
+                // client may take the lock, and no guard of ours may still be trusted then.
+                // (The account keeps the count the release needs: losing the holds changes the
+                // generation and the guards' bookkeeping, not what Redis has.)
                 turn.holds_vanished(LostReason::Shutdown);
+                let _ = release_logged(&held, &turn, What::All).await;
             }
             Err(_) => {
                 tracing::warn!(
