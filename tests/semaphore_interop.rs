@@ -112,14 +112,23 @@ async fn latches_shared_with_java(peer: &JavaPeer, c: &Client, name: &str, nodes
     assert_eq!(r.ok("java trySetCount"), "true");
     assert!(!latch.try_set_count(7).await.unwrap());
     assert_eq!(latch.count().await.unwrap(), 2);
-    let java = peer.send(&format!("latch await {name} -1"));
     // Redisson's await reads the count, subscribes, reads it again, then listens: a `0` before
-    // it listens would be lost to it. Its subscription is seen first; one round trip later it
-    // listens, and the `0` below is two round trips away.
+    // it listens is lost to it (its listeners are run and dropped by the message). So the `0`
+    // below waits until the server has answered its second read, and one more round trip
+    // through the JVM after that.
+    let monitors: Vec<support::Monitor> = nodes
+        .iter()
+        .map(|n| support::Monitor::start(n.port()))
+        .collect();
+    let since = Instant::now();
+    let java = peer.send(&format!("latch await {name} -1"));
     let channel = fairlock::keys::count_down_channel(name);
     support::wait_until(ANSWER, "the Java await subscribed", || {
         subscribers(nodes, &channel) >= 1
     });
+    wait_for_reads(&monitors, since, name, 2);
+    let r = peer.call(&format!("latch count {name}")).await;
+    assert_eq!(r.ok("java getCount"), "2");
     let l = latch.clone();
     let ours = tokio::spawn(async move { l.wait().await });
     peer.call(&format!("latch countdown {name}"))
@@ -172,13 +181,15 @@ async fn latches_shared_with_java(peer: &JavaPeer, c: &Client, name: &str, nodes
     // Deleted by us: Java's waiters return too, with and without a timeout (Redisson's own
     // delete publishes `1`, on which they keep waiting; ours publishes `0`).
     assert!(latch.try_set_count(2).await.unwrap());
+    let since = Instant::now();
     let unbounded = peer.send(&format!("latch await {name} -1"));
     let bounded = peer.send(&format!("latch await {name} 60000"));
     support::wait_until(ANSWER, "both Java awaits subscribed", || {
         subscribers(nodes, &channel) >= 1
     });
-    // (Both awaits share the JVM's one subscription, and each reads the count again once its
-    // listener is in: two round trips through the JVM let both get there before the delete.)
+    // Both awaits share the JVM's one subscription, and each listens once the server answered
+    // its second read of the count: four reads, then round trips through the JVM.
+    wait_for_reads(&monitors, since, name, 4);
     for _ in 0..2 {
         let r = peer.call(&format!("latch count {name}")).await;
         assert_eq!(r.ok("java getCount"), "2");
@@ -192,6 +203,19 @@ async fn latches_shared_with_java(peer: &JavaPeer, c: &Client, name: &str, nodes
     let r = bounded.wait(ANSWER).await;
     assert_eq!(r.ok("java await(60 s) after our delete"), "true");
     assert!(deleted.elapsed() < WOKEN, "{:?}", deleted.elapsed());
+}
+
+/// Waits until the servers behind `monitors` have executed `reads` commands on the key `name`
+/// since `since` (Redisson's `getCount` is a `GET`; nothing else touches the key meanwhile).
+fn wait_for_reads(monitors: &[support::Monitor], since: Instant, name: &str, reads: usize) {
+    let key = format!("\"{name}\"");
+    support::wait_until(ANSWER, &format!("{reads} reads of {name} by Java"), || {
+        monitors
+            .iter()
+            .map(|m| m.count_since(since, &[&key]))
+            .sum::<usize>()
+            >= reads
+    });
 }
 
 /// Expirable permits across sides: one pool, ids each side can release, our watchdog permit
