@@ -14,7 +14,7 @@ use crate::scripts;
 use crate::util::join_all;
 
 /// An `EVALSHA` of `script` with `keys` keys; the caller adds the keys, then the arguments.
-fn evalsha(script: &redis::Script, keys: usize) -> Cmd {
+fn evalsha(script: &scripts::Lua, keys: usize) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(keys);
     cmd
