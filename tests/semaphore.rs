@@ -906,6 +906,64 @@ async fn a_killed_holders_expirable_permit_comes_back_at_its_lease() {
     p.release().await.unwrap();
 }
 
+/// An acquire that finds an expired permit reclaims it even when what is then available is still
+/// too little (the script reads the earliest expiry first and reclaims only when it has passed),
+/// and a later acquire that finds nothing expired takes what is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_that_fails_still_reclaims_what_expired() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let name = "pes:reclaim";
+    let zset = "{pes:reclaim}:timeout";
+    let sem = c.expirable_semaphore(name);
+    assert!(sem.try_set_permits(3).await.unwrap());
+    let short = sem
+        .acquire(1, Some(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    let long = sem.acquire(2, Some(Duration::from_secs(60))).await.unwrap();
+    let expiry: Vec<(Vec<u8>, f64)> = raw.zrange_withscores(zset, 0, 0).unwrap();
+    let expiry = expiry[0].1 as i64;
+    wait_until(Duration::from_secs(5), "the short lease ran out", || {
+        support::server_now_ms(&mut raw) > expiry
+    });
+    assert_eq!(
+        raw.get::<_, i64>(name).unwrap(),
+        0,
+        "not reclaimed before a call"
+    );
+    assert!(sem
+        .try_acquire(2, Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        raw.get::<_, i64>(name).unwrap(),
+        1,
+        "reclaimed by the failed acquire"
+    );
+    assert_eq!(
+        raw.zcard::<_, i64>(zset).unwrap(),
+        2,
+        "the long lease's two permits"
+    );
+    let one = sem
+        .try_acquire(1, Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("the reclaimed permit");
+    assert_eq!(raw.get::<_, i64>(name).unwrap(), 0);
+    assert_eq!(one.release().await.unwrap(), 1);
+    assert_eq!(long.release().await.unwrap(), 2);
+    assert_eq!(
+        short.release().await.unwrap(),
+        0,
+        "reclaimed: no longer its own"
+    );
+    assert_eq!(sem.available().await.unwrap(), 3);
+}
+
 /// `Client::shutdown` gives expirable permits back and tells their guards (`Shutdown`), as it
 /// does for locks; waiting semaphore and latch calls end with `Error::Shutdown`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

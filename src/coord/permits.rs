@@ -319,15 +319,18 @@ impl ExpirableSemaphore {
         // The validity counts from the first send: a resend may find the permits taken by a
         // send that ran before it (its reply lost or late), at that earlier time.
         let sent = std::time::Instant::now();
-        let reply: Result<(i64, i64)> =
-            resend(&self.core.inner, started, || {
-                let mut conn = self.core.inner.conn.clone();
-                let ids = &ids;
-                async move {
-                    wire::permits::acquire(&mut conn, self.keys(), permits, lease_ms, ids).await
-                }
-            })
-            .await;
+        // Every send after the first may repeat one that ran (its reply lost).
+        let mut sends = 0u32;
+        let reply: Result<(i64, i64)> = resend(&self.core.inner, started, || {
+            let mut conn = self.core.inner.conn.clone();
+            let ids = &ids;
+            let again = sends > 0;
+            sends += 1;
+            async move {
+                wire::permits::acquire(&mut conn, self.keys(), permits, lease_ms, ids, again).await
+            }
+        })
+        .await;
         let lease = Duration::from_millis(lease_ms as u64);
         match reply {
             Ok((1, _)) if validity_deadline(sent, lease) <= std::time::Instant::now() => {

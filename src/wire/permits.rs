@@ -19,13 +19,15 @@ pub(crate) struct PermitKeys<'a> {
 }
 
 /// One acquire attempt of `permits` permits under `ids` with `lease_ms`: `(1, 0)` taken,
-/// `(0, ms)` not enough (the earliest expiry is `ms` away, -1: none coming).
+/// `(0, ms)` not enough (the earliest expiry is `ms` away, -1: none coming). `resend`: these ids
+/// may have been sent before (the script then looks for them first; new ids cannot be there).
 pub(crate) async fn acquire(
     conn: &mut Conn,
     keys: PermitKeys<'_>,
     permits: u32,
     lease_ms: i64,
     ids: &[[u8; 16]],
+    resend: bool,
 ) -> Result<(i64, i64)> {
     let publish = conn.publish_command();
     let mut call = scripts::PERMIT_ACQUIRE.key(keys.name);
@@ -33,7 +35,8 @@ pub(crate) async fn acquire(
         .arg(permits)
         .arg(lease_ms)
         .arg(publish)
-        .arg(keys.channel);
+        .arg(keys.channel)
+        .arg(if resend { "1" } else { "0" });
     for id in ids {
         call.arg(&id[..]);
     }
