@@ -70,9 +70,8 @@ end
 -- Everything above runs before the shared prologue's helpers are even defined (src/scripts.rs
 -- puts the prologue at the marker below), so the uncontended path pays for none of them.
 -- @prologue
-local purged, head = purge_stale_head(queue, deadlines, liveness, grants)
 -- Our hold count: a lock that does not exist holds nothing (no read needed on the free path).
--- Both keys found above: the lock exists (a purge removes nothing but queue entries).
+-- Both keys found above: the lock exists.
 local exists = found == 2 or redis.call('EXISTS', name) == 1
 local held = exists and (tonumber(redis.call('HGET', name, field)) or 0) or 0
 
@@ -93,15 +92,37 @@ local function is_queued()
   return queued
 end
 
+-- Dead waiters at the head go before anything reads the head (`look_at_head`), with one
+-- exception: a call's first attempt that finds the lock held by someone else and waiters queued
+-- (the contended join) cannot take the lock and joins the tail without reading the head. A dead
+-- head blocks nobody while the lock is held, and whoever looks at the head next purges it: the
+-- release that frees the lock (`pass_on`), the attempt of the waiter behind it once its deadline
+-- lapses, a heartbeat, a Redisson client's script. (A resend of that first attempt, which finds
+-- its entry queued, is answered like any queued attempt, from the head.)
+local purged, head = 0, nil
+local function look_at_head()
+  local more
+  more, head = purge_stale_head(queue, deadlines, liveness, grants)
+  purged = purged + more
+end
+local behind_holder = found == 2 and held == 0 and mode == 'queue'
+if not behind_holder then
+  look_at_head()
+end
+
 -- A failed give-up left this field queued: a new call does not inherit that place. When the
 -- entry was the head of a free lock, the new head is woken below like a purged one's. (An empty
 -- queue holds no entry: the uncontended path pays no extra command.)
-if drop_stale and held == 0 and head and is_queued() then
+if drop_stale and held == 0 and (head or behind_holder) and is_queued() then
   leave_queue(queue, deadlines, liveness, grants, field)
   queued = false
-  local more
-  more, head = purge_stale_head(queue, deadlines, liveness, grants)
-  purged = purged + more + 1
+  purged = purged + 1
+  if not behind_holder then
+    look_at_head()
+  end
+end
+if behind_holder and is_queued() then
+  look_at_head()
 end
 
 if held == expected + 1 then
@@ -208,7 +229,11 @@ local position = redis.call('RPUSH', queue, field)
 mark_alive(liveness, grants, field, window, deadline)
 want_grant(liveness, grants, field, grant_ttl, fenced, nonce)
 redis.call('ZADD', deadlines, deadline, field)
-if not head then
+if position == 1 then
   head = field
+elseif position == 2 and not head then
+  -- The contended join did not read the head; the second watches it (a dead one lapses at once,
+  -- and the next attempt, a queued one, purges it).
+  head = redis.call('LINDEX', queue, 0)
 end
 return {0, position, hint(position == 2), server_now_ms()}

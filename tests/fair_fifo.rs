@@ -407,3 +407,140 @@ async fn a_call_whose_shared_entry_was_given_up_rejoins_at_the_tail() {
     second.await.unwrap().unwrap().unlock().await.unwrap();
     assert_eq!(queue_len(&mut raw, "sib"), 0);
 }
+
+/// A waiter client whose heartbeats never run within a test (a ten-minute liveness window).
+async fn quiet_client(server: &RedisServer) -> Client {
+    Client::builder()
+        .standalone(server.url())
+        .waiter_liveness(Duration::from_secs(600))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Issue 36: a call's first attempt that finds the lock held and waiters queued cannot take the
+/// lock, so it joins the tail without purging or reading the head (whoever frees the lock
+/// purges it). Each such join reads one list element (the tail, for the deadline Redisson
+/// waiters chain on) and three scores (is the field queued; the tail's score and mark), where it
+/// used to read the head and its mark as well. `MONITOR` shows every command each join ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_behind_a_held_lock_never_reads_the_head() {
+    const JOINS: usize = 20;
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let owner = Client::connect(&server.url()).await.unwrap();
+    let waiters = quiet_client(&server).await;
+    let monitor = support::Monitor::start(server.port());
+    let held = owner.fair_lock("joins").lock().await.unwrap();
+    let mut tasks = Vec::new();
+    // The server feeds MONITOR in order: the lines between two markers sent from here are the
+    // commands that ran between them.
+    let mut marks = server.conn();
+    let mut marker = |text: &str, from: usize| {
+        let _: String = redis::cmd("ECHO").arg(text).query(&mut marks).unwrap();
+        monitor.wait_for_after(from, &[&format!("\"{text}\"")], Duration::from_secs(10))
+    };
+    let mut start = 0;
+    // The first two waiters are the head and the second; the joins behind them are looked at.
+    for i in 0..2 + JOINS {
+        if i == 2 {
+            start = marker("joins-start", 0);
+        }
+        let lock = waiters.fair_lock("joins");
+        tasks.push(tokio::spawn(async move {
+            lock.lock().await.unwrap().unlock().await.unwrap();
+        }));
+        wait_until(Duration::from_secs(10), "waiter queued", || {
+            queue_len(&mut raw, "joins") == i as i64 + 1
+        });
+    }
+    // Each join: its EVALSHA line ("queue" mode), then the commands its script ran.
+    let end = marker("joins-end", start);
+    let lines = monitor.lines_between(start, end);
+    let mut joins: Vec<Vec<&str>> = Vec::new();
+    let mut inside = false;
+    for line in &lines {
+        if line.contains("\"EVALSHA\"") {
+            inside = line.contains("\"queue\"");
+            if inside {
+                joins.push(Vec::new());
+            }
+        } else if inside && line.contains(" lua] ") {
+            joins.last_mut().unwrap().push(line.as_str());
+        } else {
+            inside = false;
+        }
+    }
+    assert_eq!(joins.len(), JOINS, "one first attempt per waiter");
+    for ran in &joins {
+        let count = |command: &str| ran.iter().filter(|l| l.contains(command)).count();
+        assert_eq!(
+            count("\"LINDEX\""),
+            1,
+            "a join reads the tail only: {ran:#?}"
+        );
+        assert!(
+            ran.iter()
+                .any(|l| l.contains("\"LINDEX\"") && l.ends_with("\"-1\"")),
+            "{ran:#?}"
+        );
+        assert_eq!(count("\"ZSCORE\""), 3, "{ran:#?}");
+        assert_eq!(count("\"RPUSH\""), 1, "{ran:#?}");
+    }
+    held.unlock().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(queue_len(&mut raw, "joins"), 0);
+}
+
+/// The join above leaves a dead head in place while the lock is held. A waiter that joins right
+/// behind it (second in line) is told the head's lapsed deadline, so its next attempt, at once,
+/// purges the dead head while the lock is still held; the release then hands the lock to it,
+/// and nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_head_ahead_of_a_join_behind_a_held_lock_is_purged_at_once() {
+    const DEAD: &str = "0f0f0f0f-0000-4000-8000-000000000000:9";
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let owner = Client::connect(&server.url()).await.unwrap();
+    let waiters = quiet_client(&server).await;
+    let held = owner
+        .fair_lock("dead-head")
+        .lock_with_lease(Duration::from_secs(120))
+        .await
+        .unwrap();
+    // A fairlock waiter whose client died: queued, a score minutes away, its mark lapsed.
+    let now = support::server_now_ms(&mut raw);
+    let liveness = "fairlock_liveness:{dead-head}";
+    let _: () = raw.zadd(liveness, DEAD, now - 1).unwrap();
+    let _: () = raw.pexpire(liveness, 60_000).unwrap();
+    let _: () = raw
+        .zadd("redisson_lock_timeout:{dead-head}", DEAD, now + 300_000)
+        .unwrap();
+    let _: () = raw.rpush(support::queue_key("dead-head"), DEAD).unwrap();
+
+    let lock = waiters.fair_lock("dead-head");
+    let waiter = tokio::spawn(async move { lock.lock().await });
+    wait_until(Duration::from_secs(10), "the dead head purged", || {
+        let q: Vec<String> = raw.lrange(support::queue_key("dead-head"), 0, -1).unwrap();
+        q.len() == 1 && q[0] != DEAD
+    });
+    let score: Option<f64> = raw
+        .zscore("redisson_lock_timeout:{dead-head}", DEAD)
+        .unwrap();
+    assert_eq!(score, None, "the dead head's score went with it");
+    assert!(!waiter.is_finished(), "the lock is still held");
+    held.unlock().await.unwrap();
+    let guard = waiter.await.unwrap().unwrap();
+    guard.unlock().await.unwrap();
+    for key in [
+        "dead-head".to_owned(),
+        support::queue_key("dead-head"),
+        "redisson_lock_timeout:{dead-head}".to_owned(),
+        liveness.to_owned(),
+        "fairlock_grants:{dead-head}".to_owned(),
+    ] {
+        assert!(!raw.exists::<_, bool>(&key).unwrap(), "{key} left behind");
+    }
+}

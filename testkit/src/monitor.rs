@@ -106,6 +106,15 @@ impl Monitor {
         found.unwrap()
     }
 
+    /// The lines at positions `from..to` in the order the server reported its commands (positions
+    /// as [`wait_for_after`](Self::wait_for_after) returns them).
+    pub fn lines_between(&self, from: usize, to: usize) -> Vec<String> {
+        self.lines.lock().unwrap()[from..to]
+            .iter()
+            .map(|(_, line)| line.clone())
+            .collect()
+    }
+
     /// How many lines have arrived so far (a position for [`wait_for_after`](Self::wait_for_after)).
     pub fn len(&self) -> usize {
         self.lines.lock().unwrap().len()
