@@ -23,13 +23,14 @@ local function beat(name, q, field, turns)
   if rw_purge(q, now) > 0 then
     rw_announce(q, publish_cmd, turns)
   end
-  if not redis.call('ZSCORE', q.queue, field) then
+  local seq = redis.call('ZSCORE', q.queue, field)
+  if not seq then
     rw_tidy(q)
     return 2
   end
   local writer = string.sub(field, -6) == ':write'
-  rw_join(q, field, writer, now, window)
-  if rw_turn(q, field, writer) then
+  rw_join(q, field, writer, now, window, seq)
+  if rw_turn(q, field, writer, seq) then
     local mode = redis.call('HGET', name, 'mode')
     if mode == false or (not writer and mode == 'read') then
       return 1

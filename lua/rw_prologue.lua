@@ -37,9 +37,9 @@ local function rw_tidy(q)
   end
 end
 
--- Whether `field` may try the lock now (see the invariant above).
-local function rw_turn(q, field, writer)
-  local seq = redis.call('ZSCORE', q.queue, field)
+-- Whether `field` may try the lock now (see the invariant above). `seq`: its arrival number
+-- (`ZSCORE` of q.queue, read by the caller), false when it is not queued.
+local function rw_turn(q, field, writer, seq)
   if not seq then
     return redis.call('EXISTS', q.queue) == 0
   end
@@ -50,25 +50,47 @@ local function rw_turn(q, field, writer)
   return first[1] == nil or tonumber(first[2]) > tonumber(seq)
 end
 
--- Queues `field` at the tail unless it is queued already, and marks it alive for a window.
--- Returns its place in the queue (1 = first) when it joined now, else 0.
-local function rw_join(q, field, writer, now, window)
+-- Queues `field` at the tail unless it is queued already (`seq`, its arrival number as the
+-- caller read it, false when not queued), and marks it alive for a window. Returns its place in
+-- the queue (1 = first) when it joined now, else 0, and its arrival number.
+--
+-- TTLs: the keys must outlive the newest mark by a window (so a queue whose waiters all died
+-- expires by itself, and never before; clients may use different windows, so a TTL is only
+-- ever raised). The four keys share one expiry: when q.live's TTL is below two windows, all
+-- four are set to four windows (raising them all), so the marks of the next window find it
+-- long enough and pay one PTTL, not a PTTL and a PEXPIRE per key. A key this call creates has
+-- no TTL yet and takes q.live's: q.queue when `joined` is 1, q.seq when it counted 1, and
+-- q.writers on its first writer (the one key a queue can gain later).
+local function rw_join(q, field, writer, now, window, seq)
   local joined = 0
-  if not redis.call('ZSCORE', q.queue, field) then
-    local seq = redis.call('INCR', q.seq)
+  local new_writers = false
+  if not seq then
+    seq = redis.call('INCR', q.seq)
     redis.call('ZADD', q.queue, seq, field)
     if writer then
       redis.call('ZADD', q.writers, seq, field)
+      new_writers = redis.call('PTTL', q.writers) == -1
     end
     joined = redis.call('ZCARD', q.queue)
   end
   redis.call('ZADD', q.live, now + window, field)
-  for _, key in ipairs({q.queue, q.writers, q.live, q.seq}) do
-    if redis.call('PTTL', key) < 2 * window then
-      redis.call('PEXPIRE', key, 2 * window)
+  local ttl = redis.call('PTTL', q.live)
+  if ttl < 2 * window then
+    for _, key in ipairs({q.queue, q.writers, q.live, q.seq}) do
+      redis.call('PEXPIRE', key, 4 * window)
+    end
+  else
+    if joined == 1 then
+      redis.call('PEXPIRE', q.queue, ttl)
+    end
+    if seq == 1 then
+      redis.call('PEXPIRE', q.seq, ttl)
+    end
+    if new_writers then
+      redis.call('PEXPIRE', q.writers, ttl)
     end
   end
-  return joined
+  return joined, seq
 end
 
 -- Tells the queue's waiters who may enter now (when anyone is queued): `<head>:<first writer>` on
@@ -98,32 +120,34 @@ end
 -- looked at) also reports its arrival number and whether its turn has come (the waiting client
 -- wakes it on the turns channel only when that changes): {0, joined, hint, 0, seq, may_enter};
 -- any other wait {0, joined, hint}.
-local function rw_waiting(q, field, now, joined, hint, may_enter)
+-- `seq`: the field's arrival number (false when it is not queued).
+local function rw_waiting(now, joined, hint, may_enter, seq)
   if not now then
     return {0, joined, hint}
   end
-  local seq = tonumber(redis.call('ZSCORE', q.queue, field)) or 0
-  return {0, joined, hint, 0, seq, may_enter and 1 or 0}
+  return {0, joined, hint, 0, tonumber(seq) or 0, may_enter and 1 or 0}
 end
 
 -- The writer-preferring queue's gate, for a field that does not hold the lock: drops dead
 -- waiters (announcing the new turns), then, unless the field's turn has come, joins it at the
--- tail (`queueing` = 'queue') and answers that it waits. Returns the server time it read, and
--- the reply to give at once, or nil when the field may try for the lock.
+-- tail (`queueing` = 'queue') and answers that it waits. Returns the server time it read, the
+-- reply to give at once, or nil when the field may try for the lock, and the field's arrival
+-- number (false when it is not queued).
 local function rw_gate(q, field, writer, queueing, name, mode, window, publish_cmd, turns)
   local now = rw_now()
   if rw_purge(q, now) > 0 then
     -- Dead waiters may have kept others out: tell who may enter now.
     rw_announce(q, publish_cmd, turns)
   end
-  if rw_turn(q, field, writer) then
-    return now, nil
+  local seq = redis.call('ZSCORE', q.queue, field)
+  if rw_turn(q, field, writer, seq) then
+    return now, nil, seq
   end
   local joined = 0
   if queueing == 'queue' then
-    joined = rw_join(q, field, writer, now, window)
+    joined, seq = rw_join(q, field, writer, now, window, seq)
   end
-  return now, rw_waiting(q, field, now, joined, mode and redis.call('PTTL', name) or -1, false)
+  return now, rw_waiting(now, joined, mode and redis.call('PTTL', name) or -1, false, seq), seq
 end
 
 -- The lock's mode and `field`'s hold count, or the reply to give at once when `name` is held as

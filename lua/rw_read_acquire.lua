@@ -53,11 +53,11 @@ if other_kind then
   return other_kind
 end
 local own_writer = mode == 'write' and redis.call('HEXISTS', name, write_field) == 1
-local now
+local now, seq
 
 if queueing ~= '' and held == 0 and not own_writer then
   local wait
-  now, wait = rw_gate(q, field, false, queueing, name, mode, window, publish_cmd, turns)
+  now, wait, seq = rw_gate(q, field, false, queueing, name, mode, window, publish_cmd, turns)
   if wait then
     return wait
   end
@@ -87,6 +87,6 @@ if mode == 'read' or own_writer then
 end
 local joined = 0
 if queueing == 'queue' and now then
-  joined = rw_join(q, field, false, now, window)
+  joined, seq = rw_join(q, field, false, now, window, seq)
 end
-return rw_waiting(q, field, now, joined, redis.call('PTTL', name), true)
+return rw_waiting(now, joined, redis.call('PTTL', name), true, seq)

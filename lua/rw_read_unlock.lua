@@ -37,18 +37,26 @@ if held > by then
 end
 redis.call('HDEL', name, field)
 
-local mode = redis.call('HGET', name, 'mode')
-if redis.call('HLEN', name) > 1 then
+-- One read of the whole hash answers what Redisson's walk reads field by field: the mode, whether
+-- anyone else still holds the lock (a field besides `mode`), and every holder's count.
+local all = redis.call('HGETALL', name)
+local mode
+for i = 1, #all, 2 do
+  if all[i] == 'mode' then
+    mode = all[i + 1]
+  end
+end
+if #all > 2 then
   if mode == 'write' then
     -- We were the writer's own read holds (a downgrade in progress): the writer keeps the lock
     -- and its TTL.
     return {1, 0}
   end
   local longest = -3
-  for _, other in ipairs(redis.call('HKEYS', name)) do
-    local count = tonumber(redis.call('HGET', name, other))
+  for i = 1, #all, 2 do
+    local count = tonumber(all[i + 1])
     if count then
-      local keys = base .. ':' .. other .. ':rwlock_timeout:'
+      local keys = base .. ':' .. all[i] .. ':rwlock_timeout:'
       for k = count, 1, -1 do
         longest = math.max(longest, redis.call('PTTL', keys .. k))
       end

@@ -50,11 +50,11 @@ end
 if mode == 'read' and redis.call('HEXISTS', name, read_field) == 1 then
   return {-2, 0, 0}
 end
-local now
+local now, seq
 
 if queueing ~= '' and held == 0 then
   local wait
-  now, wait = rw_gate(q, field, true, queueing, name, mode, window, publish_cmd, turns)
+  now, wait, seq = rw_gate(q, field, true, queueing, name, mode, window, publish_cmd, turns)
   if wait then
     return wait
   end
@@ -75,6 +75,6 @@ if mode == 'write' and held > 0 then
 end
 local joined = 0
 if queueing == 'queue' and now then
-  joined = rw_join(q, field, true, now, window)
+  joined, seq = rw_join(q, field, true, now, window, seq)
 end
-return rw_waiting(q, field, now, joined, redis.call('PTTL', name), true)
+return rw_waiting(now, joined, redis.call('PTTL', name), true, seq)

@@ -610,3 +610,100 @@ async fn a_name_held_as_a_mutex_is_waited_for_not_written_into() {
     drop(mutex);
     r.unlock().await.unwrap();
 }
+
+/// The writer-preferring queue's four keys share one expiry, which only ever rises (a mark
+/// looks at one key's TTL, not four): a writers set created by a client with a short liveness
+/// window takes the expiry the long-window client's marks gave the others, not one of its own
+/// window, and no key is left without a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_preferring_queues_keys_share_one_expiry_across_windows() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let name = "rw:expiry";
+    let owner = client(&server.url()).await;
+    let patient = Client::builder()
+        .standalone(server.url())
+        .waiter_liveness(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    let brisk = preferring_client(&server.url()).await;
+    let held = owner
+        .read_write_lock(name)
+        .write_lock()
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let rw = patient.read_write_lock(name).writer_preferring();
+    let r = rw.read_lock();
+    let reader = tokio::spawn(async move { r.lock().await });
+    queued(&rw, 1).await;
+    let w = brisk.read_write_lock(name).writer_preferring().write_lock();
+    let writer = tokio::spawn(async move { w.lock().await });
+    queued(&rw, 2).await;
+    for key in ["queue", "writers", "liveness", "seq"] {
+        let key = format!("fairlock_rw_{key}:{{{name}}}");
+        let ttl: i64 = raw.pttl(&key).unwrap();
+        // The 60 s waiter's mark lies 60 s ahead; its keys must outlive it by most of a window.
+        assert!(
+            ttl > 100_000,
+            "{key} expires in {ttl} ms, soon after the 60 s waiter's mark"
+        );
+    }
+    held.unlock().await.unwrap();
+    // The reader arrived before the writer: it enters first, the writer after it.
+    let r = reader.await.unwrap().unwrap();
+    assert!(!writer.is_finished());
+    r.unlock().await.unwrap();
+    writer.await.unwrap().unwrap().unlock().await.unwrap();
+    let left: Vec<String> = raw.keys(format!("*{name}*")).unwrap();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A read release that leaves other readers recomputes the hash's TTL from every reader's lease
+/// keys, as Redisson does; it reads the hash once (`HGETALL`), not field by field (`HKEYS`, then
+/// an `HGET` per reader). The server's command counts show it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_release_reads_the_hash_once() {
+    const READERS: usize = 8;
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = client(&server.url()).await;
+    let rw = c.read_write_lock("rw:walk");
+    let mut guards = Vec::new();
+    for _ in 0..READERS {
+        guards.push(
+            rw.read_lock()
+                .lock_with_lease(Duration::from_secs(60))
+                .await
+                .unwrap(),
+        );
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut raw)
+        .unwrap();
+    guards.pop().unwrap().unlock().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut raw)
+        .unwrap();
+    assert_eq!(support::command_calls(&info, "hgetall"), 1, "{info}");
+    for by_field in ["hkeys", "hlen"] {
+        assert_eq!(support::command_calls(&info, by_field), 0, "{info}");
+    }
+    // The one HGET is the release's compare-and-set on its own count.
+    assert_eq!(support::command_calls(&info, "hget"), 1, "{info}");
+    // One lease key per remaining reader was looked at (and the hash's own TTL).
+    assert_eq!(
+        support::command_calls(&info, "pttl"),
+        READERS as u64,
+        "{info}"
+    );
+    let ttl: i64 = raw.pttl("rw:walk").unwrap();
+    assert!(ttl > 50_000, "the hash lives as long as its readers: {ttl}");
+    for g in guards {
+        g.unlock().await.unwrap();
+    }
+    assert!(!raw.exists::<_, bool>("rw:walk").unwrap());
+}
