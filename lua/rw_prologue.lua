@@ -150,13 +150,15 @@ local function rw_gate(q, field, writer, queueing, name, mode, window, publish_c
   return now, rw_waiting(now, joined, mode and redis.call('PTTL', name) or -1, false, seq), seq
 end
 
--- The lock's mode and `field`'s hold count, or the reply to give at once when `name` is held as
+-- The lock's mode, `field`'s hold count and whether `other` (the holder's field on the other
+-- side) is in the hash, in one read; or the reply to give at once when `name` is held as
 -- another kind of lock (a mutex's owner hash has no `mode`): writing into it would corrupt both
 -- (Redisson's script would), so the attempt waits until it is gone, as behind a writer.
-local function rw_mode_and_held(name, field)
-  local mode = redis.call('HGET', name, 'mode')
+local function rw_mode_and_held(name, field, other)
+  local got = redis.call('HMGET', name, 'mode', field, other)
+  local mode = got[1]
   if mode == false and redis.call('EXISTS', name) == 1 then
-    return false, 0, {0, 0, redis.call('PTTL', name)}
+    return false, 0, {0, 0, redis.call('PTTL', name)}, false
   end
-  return mode, mode and tonumber(redis.call('HGET', name, field)) or 0, nil
+  return mode, mode and tonumber(got[2]) or 0, nil, got[3] ~= false
 end

@@ -48,11 +48,11 @@ local function cover(count)
   end
 end
 
-local mode, held, other_kind = rw_mode_and_held(name, field)
+local mode, held, other_kind, writes = rw_mode_and_held(name, field, write_field)
 if other_kind then
   return other_kind
 end
-local own_writer = mode == 'write' and redis.call('HEXISTS', name, write_field) == 1
+local own_writer = mode == 'write' and writes
 local now, seq
 
 if queueing ~= '' and held == 0 and not own_writer then

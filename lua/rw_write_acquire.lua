@@ -39,7 +39,7 @@ local function extend()
   end
 end
 
-local mode, held, other_kind = rw_mode_and_held(name, field)
+local mode, held, other_kind, reads = rw_mode_and_held(name, field, read_field)
 if other_kind then
   return other_kind
 end
@@ -47,7 +47,7 @@ if held > 0 and held == expected + 1 then
   extend()
   return {2, held, token()}
 end
-if mode == 'read' and redis.call('HEXISTS', name, read_field) == 1 then
+if mode == 'read' and reads then
   return {-2, 0, 0}
 end
 local now, seq
