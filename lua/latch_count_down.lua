@@ -7,7 +7,8 @@
 --
 -- The mark makes a resend after a lost reply count nothing a second time.
 --
--- Reply: the count after this call (0: open), or -1 when an earlier send of it counted already.
+-- Reply: the count after this call (0: open; exact, lua/count_prologue.lua), or -1 when an
+-- earlier send of it counted already.
 
 local name, mark = KEYS[1], KEYS[2]
 if redis.call('GET', mark) then
@@ -24,4 +25,4 @@ redis.call('SET', mark, 'done', 'PX', ARGV[1])
 if left < 0 then
   return 0
 end
-return left
+return exact_count(left, name)

@@ -5,7 +5,8 @@
 -- KEYS[1] the semaphore NAME, KEYS[2] the permits' expiries `{NAME}:timeout`
 -- ARGV[1] publish command, ARGV[2] the semaphore's channel
 --
--- Reply: {available, acquired}: the count in NAME (0 when missing) and the permits held now.
+-- Reply: {available, acquired}: the count in NAME (0 when missing; exact, lua/count_prologue.lua)
+-- and the permits held now.
 
 local name, expiries = KEYS[1], KEYS[2]
 reclaim_expired(name, expiries, server_now_ms(), 1000, ARGV[1], ARGV[2])
@@ -13,4 +14,4 @@ local available, bad = available_count(name)
 if bad then
   return bad
 end
-return {available, redis.call('ZCARD', expiries)}
+return {exact_count(available, name), redis.call('ZCARD', expiries)}

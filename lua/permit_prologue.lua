@@ -29,7 +29,7 @@ local function reclaim_expired(name, expiries, now, limit, publish_cmd, channel)
     zrem_all(expiries, expired, 1)
     local value = redis.call('INCRBY', name, #expired)
     if value > 0 then
-      redis.call(publish_cmd, channel, value)
+      redis.call(publish_cmd, channel, exact_count(value, name))
     end
   end
 end

@@ -12,7 +12,7 @@
 local name, expiries = KEYS[1], KEYS[2]
 local removed = zrem_all(expiries, ARGV, 3)
 if removed > 0 then
-  local value = redis.call('INCRBY', name, removed)
+  local value = exact_count(redis.call('INCRBY', name, removed), name)
   redis.call(ARGV[1], ARGV[2], value)
 end
 return removed

@@ -3,7 +3,8 @@
 --
 -- KEYS[1] the semaphore NAME
 --
--- Reply: how many permits were available (0 when the semaphore does not exist or had none).
+-- Reply: how many permits were available (0 when the semaphore does not exist or had none),
+-- exact (lua/count_prologue.lua).
 
 local name = KEYS[1]
 local value = redis.call('GET', name)
@@ -11,4 +12,4 @@ if not value then
   return 0
 end
 redis.call('SET', name, 0, 'KEEPTTL')
-return tonumber(value)
+return count_of(value)

@@ -16,7 +16,7 @@ local publish_cmd, channel = ARGV[3], ARGV[4]
 
 local done = redis.call('GET', mark)
 if done == 'taken' then
-  local now = redis.call('INCRBY', name, permits)
+  local now = exact_count(redis.call('INCRBY', name, permits), name)
   redis.call(publish_cmd, channel, now)
   redis.call('SET', mark, 'released', 'PX', mark_ms)
   return 1

@@ -10,7 +10,9 @@
 -- the work: a resend changes nothing. Any other state (the acquire's 'taken', or no mark after it
 -- expired) releases.
 --
--- Reply: the new number of available permits, or -1 when nothing was done (done before).
+-- Reply: {1, count} released: the new number of available permits; {0, count} nothing was done
+-- (an earlier send did it): the number available now. Counts are exact (`exact_count`,
+-- lua/count_prologue.lua), negative ones included (`addPermits` may take the count below zero).
 
 local name, mark = KEYS[1], KEYS[2]
 local permits, mark_ms = ARGV[1], ARGV[2]
@@ -18,9 +20,9 @@ local publish_cmd, channel = ARGV[3], ARGV[4]
 
 local done = redis.call('GET', mark)
 if done == 'released' or done == 'void' then
-  return -1
+  return {0, count_of(redis.call('GET', name))}
 end
-local now = redis.call('INCRBY', name, permits)
+local now = exact_count(redis.call('INCRBY', name, permits), name)
 redis.call(publish_cmd, channel, now)
 redis.call('SET', mark, 'released', 'PX', mark_ms)
-return now
+return {1, now}

@@ -23,8 +23,12 @@ const RW_PROLOGUE: &str = include_str!("../lua/rw_prologue.lua");
 const RELEASE_PROLOGUE: &str = include_str!("../lua/release_prologue.lua");
 
 /// The expirable semaphore's helpers (`lua/permit_prologue.lua`), joined in front of its scripts
-/// (`permit "file"` below).
+/// (`permit "file"` below), after the count helpers.
 const PERMIT_PROLOGUE: &str = include_str!("../lua/permit_prologue.lua");
+
+/// The helpers that answer and publish counts exactly (`lua/count_prologue.lua`), joined in front
+/// of the semaphores' and the latch's scripts (`count "file"` and `permit "file"` below).
+const COUNT_PROLOGUE: &str = include_str!("../lua/count_prologue.lua");
 
 /// Joined in front of the operators' scripts (`admin_*.lua`).
 const ADMIN_PROLOGUE: &str = include_str!("../lua/admin_prologue.lua");
@@ -141,7 +145,8 @@ impl Invocation<'_> {
 }
 
 /// Declares the scripts as `Lua` statics (`fair "file"`: with the fair prologue; `rw "file"`: with
-/// the read-write queue's prologue in front; `permit "file"`: with the expirable semaphore's;
+/// the read-write queue's prologue in front; `permit "file"`: with the count helpers and the
+/// expirable semaphore's; `count "file"`: with the count helpers;
 /// `release "file"`: with the release prologue in front; `fair_release "file"`: both the release
 /// prologue in front and the fair one; `plain "file"`: as it is), and [`ALL`] listing them.
 macro_rules! scripts {
@@ -172,7 +177,15 @@ macro_rules! scripts {
         )
     };
     (@source permit $file:literal) => {
-        format!("{}\n{}", PERMIT_PROLOGUE, include_str!(concat!("../lua/", $file)))
+        format!(
+            "{}\n{}\n{}",
+            COUNT_PROLOGUE,
+            PERMIT_PROLOGUE,
+            include_str!(concat!("../lua/", $file))
+        )
+    };
+    (@source count $file:literal) => {
+        format!("{}\n{}", COUNT_PROLOGUE, include_str!(concat!("../lua/", $file)))
     };
     (@source admin $file:literal) => {
         format!("{}\n{}", ADMIN_PROLOGUE, include_str!(concat!("../lua/", $file)))
@@ -202,17 +215,17 @@ scripts! {
     RW_FORCE_UNLOCK = plain "rw_force_unlock.lua";
     RW_STATE = plain "rw_state.lua";
     SEMAPHORE_ACQUIRE = plain "semaphore_acquire.lua";
-    SEMAPHORE_RELEASE = plain "semaphore_release.lua";
-    SEMAPHORE_GIVE_BACK = plain "semaphore_give_back.lua";
+    SEMAPHORE_RELEASE = count "semaphore_release.lua";
+    SEMAPHORE_GIVE_BACK = count "semaphore_give_back.lua";
     SEMAPHORE_SET_PERMITS = plain "semaphore_set_permits.lua";
-    SEMAPHORE_ADD_PERMITS = plain "semaphore_add_permits.lua";
-    SEMAPHORE_DRAIN = plain "semaphore_drain.lua";
+    SEMAPHORE_ADD_PERMITS = count "semaphore_add_permits.lua";
+    SEMAPHORE_DRAIN = count "semaphore_drain.lua";
     PERMIT_ACQUIRE = permit "permit_acquire.lua";
     PERMIT_RELEASE = permit "permit_release.lua";
     PERMIT_RENEW = permit "permit_renew.lua";
     PERMIT_COUNTS = permit "permit_counts.lua";
     LATCH_SET_COUNT = plain "latch_set_count.lua";
-    LATCH_COUNT_DOWN = plain "latch_count_down.lua";
+    LATCH_COUNT_DOWN = count "latch_count_down.lua";
     LATCH_DELETE = plain "latch_delete.lua";
     ADMIN_FORCE_UNLOCK = admin "admin_force_unlock.lua";
     ADMIN_PURGE_DEAD = admin "admin_purge_dead.lua";

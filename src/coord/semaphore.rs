@@ -307,22 +307,15 @@ impl Semaphore {
             return Err(Error::invalid_argument("permits", "must be at least 1"));
         }
         let mark = call_mark(&self.core.name, &call_id(&self.core.inner));
-        let now = self
-            .release_marked(&mark, permits, Instant::now())
+        self.release_marked(&mark, permits, Instant::now())
             .await
-            .map_err(|e| overflow_as_argument("permits", e))?;
-        Ok(now.unwrap_or(0))
+            .map_err(|e| overflow_as_argument("permits", e))
     }
 
-    /// Releases under `mark` (resent within the settle window): the new count, `None` when an
-    /// earlier send had done it.
-    async fn release_marked(
-        &self,
-        mark: &str,
-        permits: u32,
-        started: Instant,
-    ) -> Result<Option<i64>> {
-        let now: i64 = self
+    /// Releases under `mark` (resent within the settle window): the number available after it
+    /// (when an earlier send had done it, the number available now). Negative counts included.
+    async fn release_marked(&self, mark: &str, permits: u32, started: Instant) -> Result<i64> {
+        let (_released, now): (i64, i64) = self
             .core
             .marked(
                 Marked::SemaphoreRelease,
@@ -331,7 +324,7 @@ impl Semaphore {
                 started,
             )
             .await?;
-        Ok((now >= 0).then_some(now))
+        Ok(now)
     }
 }
 
@@ -435,7 +428,7 @@ impl Permits {
             .await;
         // Sent and answered (or failed within the window): nothing for Drop to do.
         self.mark = None;
-        Ok(now?.unwrap_or(0))
+        now
     }
 
     /// Keeps the permits taken: nobody gives them back (release them later with

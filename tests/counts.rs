@@ -1,0 +1,115 @@
+//! The counts the semaphores and the latch answer with are the counts Redis holds, at every size
+//! and sign the API accepts: negative counts (`add_permits` may take a semaphore below zero, as in
+//! Redisson) and counts beyond 2^53, which a Lua number would round (and near 2^63 turn into
+//! i64::MIN). What they publish on their channels is exact too (Java's waiters parse a `long`).
+
+use fairlock_testkit as support;
+
+use std::time::Duration;
+
+use fairlock::Client;
+use redis::Commands;
+use support::RedisServer;
+
+/// 2^53: the first integer above which a Lua number (a double) cannot hold every integer.
+const TWO_53: i64 = 1 << 53;
+
+/// The count Redis holds in `key`.
+fn held(raw: &mut redis::Connection, key: &str) -> i64 {
+    raw.get(key).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_answers_a_negative_count() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let sem = c.semaphore("sem:negative");
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let permits = sem.acquire(1).await.unwrap();
+    assert_eq!(sem.add_permits(-5).await.unwrap(), -5);
+    assert_eq!(sem.release(1).await.unwrap(), -4);
+    assert_eq!(permits.release().await.unwrap(), -3);
+    assert_eq!(sem.available().await.unwrap(), -3);
+    assert_eq!(held(&mut raw, "sem:negative"), -3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_counts_beyond_two_to_the_53_are_exact() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = Client::connect(&server.url()).await.unwrap();
+
+    let sem = c.semaphore("sem:big");
+    assert_eq!(sem.add_permits(TWO_53 + 1).await.unwrap(), TWO_53 + 1);
+    assert_eq!(sem.release(1).await.unwrap(), TWO_53 + 2);
+    let permits = sem.acquire(3).await.unwrap();
+    assert_eq!(permits.release().await.unwrap(), TWO_53 + 2);
+    assert_eq!(sem.available().await.unwrap(), TWO_53 + 2);
+    assert_eq!(sem.drain().await.unwrap(), TWO_53 + 2);
+    assert_eq!(held(&mut raw, "sem:big"), 0);
+
+    let low = c.semaphore("sem:low");
+    assert_eq!(low.add_permits(-TWO_53 - 1).await.unwrap(), -TWO_53 - 1);
+    assert_eq!(low.release(1).await.unwrap(), -TWO_53);
+
+    // At the top of the type: i64::MAX, not i64::MIN.
+    let top = c.semaphore("sem:top");
+    assert_eq!(top.add_permits(i64::MAX).await.unwrap(), i64::MAX);
+    assert!(top.release(1).await.is_err(), "past i64::MAX is refused");
+    assert_eq!(held(&mut raw, "sem:top"), i64::MAX);
+    assert_eq!(top.drain().await.unwrap(), i64::MAX);
+
+    let expirable = c.expirable_semaphore("sem:expirable");
+    assert_eq!(
+        expirable.add_permits(i64::MAX - 1).await.unwrap(),
+        i64::MAX - 1
+    );
+    assert_eq!(expirable.available().await.unwrap(), i64::MAX - 1);
+    let permits = expirable
+        .acquire(2, Some(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(expirable.available().await.unwrap(), i64::MAX - 3);
+    permits.release().await.unwrap();
+    assert_eq!(held(&mut raw, "sem:expirable"), i64::MAX - 1);
+    assert_eq!(expirable.available().await.unwrap(), i64::MAX - 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latch_counts_down_exactly_from_beyond_two_to_the_53() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let latch = c.count_down_latch("latch:big");
+    let from = u64::try_from(TWO_53).unwrap() + 3;
+    assert!(latch.try_set_count(from).await.unwrap());
+    assert_eq!(latch.count_down().await.unwrap(), from - 1);
+    assert_eq!(latch.count_down().await.unwrap(), from - 2);
+    assert_eq!(latch.count().await.unwrap(), from - 2);
+    assert_eq!(held(&mut raw, "latch:big"), TWO_53 + 1);
+}
+
+/// What a release publishes is the exact new count: Redisson's waiters read it as a `long`, and
+/// a Lua number beyond 2^53 would be printed rounded (or in exponent form).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_publishes_the_exact_count() {
+    let server = RedisServer::start();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let sem = c.semaphore("sem:told");
+    assert_eq!(sem.add_permits(i64::MAX - 5).await.unwrap(), i64::MAX - 5);
+    let mut listener = server.conn();
+    let mut pubsub = listener.as_pubsub();
+    pubsub
+        .subscribe(fairlock::keys::semaphore_channel("sem:told"))
+        .unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(sem.release(2).await.unwrap(), i64::MAX - 3);
+    let told: String = pubsub.get_message().unwrap().get_payload().unwrap();
+    assert_eq!(told, (i64::MAX - 3).to_string());
+    assert_eq!(sem.add_permits(1).await.unwrap(), i64::MAX - 2);
+    let told: String = pubsub.get_message().unwrap().get_payload().unwrap();
+    assert_eq!(told, (i64::MAX - 2).to_string());
+}
