@@ -50,16 +50,17 @@ const FAR_MS: i64 = 1_000_000_000_000;
 const REDISSON_FIELD: &str = "0b6e7f9a-8d1c-4c3e-b2a5-9f0e1d2c3b4a:1";
 const FAIRLOCK_FIELD: &str = "5d2c8e41-7a3b-4f90-9c6e-1b2a3c4d5e6f:1";
 
+const COUNT_PROLOGUE: &str = include_str!("../lua/count_prologue.lua");
 const FAIR_PROLOGUE: &str = include_str!("../lua/fair_prologue.lua");
 const RELEASE_PROLOGUE: &str = include_str!("../lua/release_prologue.lua");
 
-/// A fair script composed as `src/scripts.rs` composes it: the fair prologue at the script's
-/// `-- @prologue` marker (in front when it has none) and, for a release script, the release
-/// prologue in front of everything.
+/// A fair script composed as `src/scripts.rs` composes it: the count helpers in front, the fair
+/// prologue at the script's `-- @prologue` marker (in front when it has none) and, for a release
+/// script, the release prologue in front of everything.
 fn fair_script(file: &str, release: bool) -> redis::Script {
     let body = match file.split_once("-- @prologue\n") {
-        Some((before, after)) => format!("{before}{FAIR_PROLOGUE}\n{after}"),
-        None => format!("{FAIR_PROLOGUE}\n{file}"),
+        Some((before, after)) => format!("{COUNT_PROLOGUE}\n{before}{FAIR_PROLOGUE}\n{after}"),
+        None => format!("{COUNT_PROLOGUE}\n{FAIR_PROLOGUE}\n{file}"),
     };
     if release {
         redis::Script::new(&format!("{RELEASE_PROLOGUE}\n{body}"))

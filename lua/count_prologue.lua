@@ -1,5 +1,6 @@
--- Shared by the scripts that answer with a count or publish one (the semaphores and the latch;
--- joined in front of each at compile time by src/scripts.rs, never pasted). Local helpers only.
+-- Shared by the scripts that answer with a count or publish one (the semaphores and the latch)
+-- or hand out fencing tokens (every lock script that grants); joined in front of each at compile
+-- time by src/scripts.rs, never pasted. Local helpers only.
 --
 -- Lua numbers are doubles: a count that passes through one (the reply of INCRBY or DECR inside
 -- a script, or `tonumber` of a GET) is rounded once it is beyond 2^53, and one near 2^63 comes
@@ -29,4 +30,19 @@ local function count_of(text)
     return text
   end
   return tonumber(text) or 0
+end
+
+-- The fencing counter `key` after one more grant (INCR), exactly: tokens must never repeat, and
+-- two counts beyond 2^53 can round to the same number.
+local function next_token(key)
+  return exact_count(redis.call('INCR', key), key)
+end
+
+-- A count from the helpers above as text for a message, exactly (Lua's `..` prints a number with
+-- 14 significant digits, so 10^14 and above would arrive in exponent form).
+local function count_text(n)
+  if type(n) == 'string' then
+    return n
+  end
+  return string.format('%d', n)
 end

@@ -53,7 +53,7 @@ local drop_stale, nonce, grant_ttl = ARGV[10] == '1', ARGV[11], ARGV[12]
 
 local function granted(count)
   if fenced then
-    return {1, count, redis.call('INCR', token_key)}
+    return {1, count, next_token(token_key)}
   end
   return {1, count, 0}
 end
@@ -68,7 +68,8 @@ if found == 0 then
 end
 
 -- Everything above runs before the shared prologue's helpers are even defined (src/scripts.rs
--- puts the prologue at the marker below), so the uncontended path pays for none of them.
+-- puts the prologue at the marker below), so the uncontended path pays for none of them (only
+-- the few count helpers in front, for an exact fencing token).
 -- @prologue
 -- Our hold count: a lock that does not exist holds nothing (no read needed on the free path).
 -- Both keys found above: the lock exists.
@@ -127,7 +128,7 @@ end
 
 if held == expected + 1 then
   extend()
-  return {2, held, fenced and redis.call('INCR', token_key) or 0}
+  return {2, held, fenced and next_token(token_key) or 0}
 end
 
 -- A waiter that is still waiting but is no longer queued, and whose tombstone is in L, was purged

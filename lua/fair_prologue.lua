@@ -324,9 +324,9 @@ local function pass_on(k, publish_cmd, channel_prefix, first)
   redis.call('PEXPIRE', k.name, tonumber(ttl))
   local token = 0
   if fenced == '1' then
-    token = redis.call('INCR', k.token)
+    token = next_token(k.token)
   end
   redis.call(publish_cmd, channel_prefix .. ':' .. head,
-    'fairlock:grant:' .. nonce .. ':' .. server_now_ms() .. ':' .. token)
+    'fairlock:grant:' .. nonce .. ':' .. count_text(server_now_ms()) .. ':' .. count_text(token))
   return head
 end

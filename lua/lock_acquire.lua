@@ -30,7 +30,7 @@ end
 
 if held == expected + 1 then
   extend()
-  return {2, held, fenced and redis.call('INCR', token_key) or 0}
+  return {2, held, fenced and next_token(token_key) or 0}
 end
 if held > 0 or redis.call('EXISTS', name) == 0 then
   local count = redis.call('HINCRBY', name, field, 1)
@@ -40,7 +40,7 @@ if held > 0 or redis.call('EXISTS', name) == 0 then
     extend()
   end
   if fenced then
-    return {1, count, redis.call('INCR', token_key)}
+    return {1, count, next_token(token_key)}
   end
   return {1, count, 0}
 end

@@ -28,7 +28,7 @@ local queueing, window, publish_cmd, turns = ARGV[6], tonumber(ARGV[7]), ARGV[8]
 
 local function token()
   if fenced then
-    return redis.call('INCR', token_key)
+    return next_token(token_key)
   end
   return 0
 end

@@ -26,8 +26,9 @@ const RELEASE_PROLOGUE: &str = include_str!("../lua/release_prologue.lua");
 /// (`permit "file"` below), after the count helpers.
 const PERMIT_PROLOGUE: &str = include_str!("../lua/permit_prologue.lua");
 
-/// The helpers that answer and publish counts exactly (`lua/count_prologue.lua`), joined in front
-/// of the semaphores' and the latch's scripts (`count "file"` and `permit "file"` below).
+/// The helpers that answer and publish counts and fencing tokens exactly
+/// (`lua/count_prologue.lua`), joined in front of the semaphores', the latch's and every granting
+/// lock script (`count`, `permit`, `rw`, `fair` and `fair_release` below).
 const COUNT_PROLOGUE: &str = include_str!("../lua/count_prologue.lua");
 
 /// Joined in front of the operators' scripts (`admin_*.lua`).
@@ -38,11 +39,12 @@ const ADMIN_PROLOGUE: &str = include_str!("../lua/admin_prologue.lua");
 /// the prologue's helpers.
 const PROLOGUE_MARKER: &str = "-- @prologue\n";
 
-/// A fair script's source with the prologue joined in at its marker (or in front).
+/// A fair script's source: the count helpers in front (fencing tokens, on every path), the fair
+/// prologue joined in at its marker (or in front).
 fn with_prologue(file: &str) -> String {
     match file.split_once(PROLOGUE_MARKER) {
-        Some((before, after)) => format!("{before}{FAIR_PROLOGUE}\n{after}"),
-        None => format!("{FAIR_PROLOGUE}\n{file}"),
+        Some((before, after)) => format!("{COUNT_PROLOGUE}\n{before}{FAIR_PROLOGUE}\n{after}"),
+        None => format!("{COUNT_PROLOGUE}\n{FAIR_PROLOGUE}\n{file}"),
     }
 }
 
@@ -144,11 +146,12 @@ impl Invocation<'_> {
     }
 }
 
-/// Declares the scripts as `Lua` statics (`fair "file"`: with the fair prologue; `rw "file"`: with
-/// the read-write queue's prologue in front; `permit "file"`: with the count helpers and the
-/// expirable semaphore's; `count "file"`: with the count helpers;
-/// `release "file"`: with the release prologue in front; `fair_release "file"`: both the release
-/// prologue in front and the fair one; `plain "file"`: as it is), and [`ALL`] listing them.
+/// Declares the scripts as `Lua` statics (`fair "file"`: with the count helpers in front and the
+/// fair prologue at its marker; `rw "file"`: with the count helpers and the read-write queue's
+/// prologue in front; `permit "file"`: with the count helpers and the expirable semaphore's;
+/// `count "file"`: with the count helpers; `release "file"`: with the release prologue in front;
+/// `fair_release "file"`: the release prologue in front, then as `fair`; `plain "file"`: as it
+/// is), and [`ALL`] listing them.
 macro_rules! scripts {
     ($($name:ident = $how:ident $file:literal;)*) => {
         $(
@@ -164,7 +167,12 @@ macro_rules! scripts {
         with_prologue(include_str!(concat!("../lua/", $file)))
     };
     (@source rw $file:literal) => {
-        format!("{}\n{}", RW_PROLOGUE, include_str!(concat!("../lua/", $file)))
+        format!(
+            "{}\n{}\n{}",
+            COUNT_PROLOGUE,
+            RW_PROLOGUE,
+            include_str!(concat!("../lua/", $file))
+        )
     };
     (@source release $file:literal) => {
         format!("{}\n{}", RELEASE_PROLOGUE, include_str!(concat!("../lua/", $file)))
@@ -203,7 +211,7 @@ scripts! {
     FAIR_HEARTBEAT = fair "fair_heartbeat.lua";
     RENEW = plain "renew.lua";
     STATE = plain "state.lua";
-    LOCK_ACQUIRE = plain "lock_acquire.lua";
+    LOCK_ACQUIRE = count "lock_acquire.lua";
     LOCK_UNLOCK = release "lock_unlock.lua";
     LOCK_FORCE_UNLOCK = plain "lock_force_unlock.lua";
     RW_READ_ACQUIRE = rw "rw_read_acquire.lua";

@@ -2,6 +2,8 @@
 //! and sign the API accepts: negative counts (`add_permits` may take a semaphore below zero, as in
 //! Redisson) and counts beyond 2^53, which a Lua number would round (and near 2^63 turn into
 //! i64::MIN). What they publish on their channels is exact too (Java's waiters parse a `long`).
+//! The same holds for fencing tokens on every path that grants: two counters beyond 2^53 can
+//! round to the same number, and a token must never repeat.
 
 use fairlock_testkit as support;
 
@@ -112,4 +114,56 @@ async fn a_release_publishes_the_exact_count() {
     assert_eq!(sem.add_permits(1).await.unwrap(), i64::MAX - 2);
     let told: String = pubsub.get_message().unwrap().get_payload().unwrap();
     assert_eq!(told, (i64::MAX - 2).to_string());
+}
+
+/// Fencing tokens beyond 2^53 (a counter Redisson's clients or an operator moved on) are exact
+/// and strictly increasing on every path that grants: a fair lock taken at once, one handed to a
+/// queued waiter by the release (the token travels in the grant message), a re-entry, a
+/// non-fair lock and a write lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_beyond_two_to_the_53_are_exact_and_increase() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let a = Client::connect(&server.url()).await.unwrap();
+    let b = Client::connect(&server.url()).await.unwrap();
+    let start = u64::try_from(TWO_53).unwrap();
+    for name in ["fair", "plain", "rw"] {
+        let _: () = raw
+            .set(format!("redisson_lock_token:{{{name}}}"), start)
+            .unwrap();
+    }
+
+    let held = a.fair_lock("fair").fenced().lock().await.unwrap();
+    assert_eq!(held.fencing_token(), Some(start + 1));
+    let again = held.reenter(None).await.unwrap();
+    assert_eq!(again.fencing_token(), Some(start + 2));
+    drop(again);
+    let lock = b.fair_lock("fair").fenced();
+    let waiter = tokio::spawn(async move { lock.lock().await });
+    support::wait_until(Duration::from_secs(10), "the waiter queued", || {
+        support::queue_len(&mut raw, "fair") == 1
+    });
+    held.unlock().await.unwrap();
+    let handed = waiter.await.unwrap().unwrap();
+    assert_eq!(handed.fencing_token(), Some(start + 3));
+    handed.unlock().await.unwrap();
+
+    let plain = a.non_fair_lock("plain").fenced().lock().await.unwrap();
+    assert_eq!(plain.fencing_token(), Some(start + 1));
+    let again = plain.reenter(None).await.unwrap();
+    assert_eq!(again.fencing_token(), Some(start + 2));
+    drop(again);
+    plain.unlock().await.unwrap();
+
+    let write = a
+        .read_write_lock("rw")
+        .write_lock()
+        .fenced()
+        .lock()
+        .await
+        .unwrap();
+    assert_eq!(write.fencing_token(), Some(start + 1));
+    write.unlock().await.unwrap();
+    let stored: u64 = raw.get("redisson_lock_token:{rw}").unwrap();
+    assert_eq!(stored, start + 1);
 }

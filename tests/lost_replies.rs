@@ -215,6 +215,8 @@ fn send_twice(
     let field = "resend-client:1";
     let (first, second): (Vec<i64>, Vec<i64>) = if fair {
         let script = redis::Script::new(concat!(
+            include_str!("../lua/count_prologue.lua"),
+            "\n",
             include_str!("../lua/fair_prologue.lua"),
             "\n",
             include_str!("../lua/fair_acquire.lua")
@@ -240,7 +242,11 @@ fn send_twice(
         };
         (run(conn), run(conn))
     } else {
-        let script = redis::Script::new(include_str!("../lua/lock_acquire.lua"));
+        let script = redis::Script::new(concat!(
+            include_str!("../lua/count_prologue.lua"),
+            "\n",
+            include_str!("../lua/lock_acquire.lua")
+        ));
         let run = |conn: &mut dyn redis::ConnectionLike| -> Vec<i64> {
             script
                 .key(name)

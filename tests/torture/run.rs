@@ -291,6 +291,24 @@ pub fn torture(test: &str, seed: u64) {
                 .expect("set the semaphore's permits");
         }
     }
+    // Fencing counters: per lock name, from 0 or (drawn by the seed) just below 2^53, so that
+    // the run's tokens cross the largest integer a Lua number holds exactly. Tokens once came
+    // back rounded past it (two grants could show the same one); the fencing check sees that.
+    {
+        let mut admin = crate::faults::admin_conn(port).expect("admin connection");
+        let mut rng = Rng::new(seed ^ 0x7f0c_e7ed);
+        for name in FAIR_NAMES.iter().chain(&PLAIN_NAMES).chain(&RW_NAMES) {
+            if rng.chance(0.5) {
+                let start = (1u64 << 53) - rng.below(2_000);
+                let () = redis::cmd("SET")
+                    .arg(format!("redisson_lock_token:{{{name}}}"))
+                    .arg(start)
+                    .query(&mut admin)
+                    .expect("set a fencing counter");
+                println!("fencing counter of {name} starts at {start}");
+            }
+        }
+    }
     let origin = mono_ns();
     let epoch_offset_ms = epoch_ms() as f64 - mono_ns() as f64 / 1e6;
     let spawner = Arc::new(Mutex::new(Spawner {

@@ -12,6 +12,8 @@ local lease, me = tonumber(ARGV[1]), ARGV[2]
 if redis.call('EXISTS', name) == 0 or redis.call('HEXISTS', name, me) == 1 then
   redis.call('HINCRBY', name, me, 1)
   redis.call('PEXPIRE', name, lease)
-  return {1, redis.call('INCR', counter)}
+  -- Read back as text: the INCR's reply passes through a Lua number, rounded beyond 2^53.
+  redis.call('INCR', counter)
+  return {1, redis.call('GET', counter)}
 end
 return {0, redis.call('PTTL', name)}
