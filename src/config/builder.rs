@@ -339,7 +339,9 @@ impl Builder {
     }
 
     /// TTL of locks taken without a lease; the watchdog renews them every third of it.
-    /// Defaults to [`DEFAULT_WATCHDOG_TIMEOUT`] (30 s), as in Redisson. Must be at least 30 ms.
+    /// Defaults to [`DEFAULT_WATCHDOG_TIMEOUT`] (30 s), as in Redisson. Must be at least 30 ms,
+    /// and at least three [`timer_tick`](Self::timer_tick)s (100 ms by default: below 300 ms,
+    /// lower the tick too).
     #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
@@ -349,7 +351,8 @@ impl Builder {
     /// How long a queued fair waiter of this client survives without a heartbeat. Live waiters
     /// are refreshed every third of it, so they are never purged however long the queue; a waiter
     /// whose process died is purged after at most this long. Defaults to
-    /// [`DEFAULT_WAITER_LIVENESS`] (5 s). Must be at least 30 ms.
+    /// [`DEFAULT_WAITER_LIVENESS`] (5 s). Must be at least 30 ms, and at least three
+    /// [`timer_tick`](Self::timer_tick)s (100 ms by default: below 300 ms, lower the tick too).
     #[must_use = "builder methods return the changed value; the original is unchanged"]
     pub fn waiter_liveness(mut self, window: Duration) -> Self {
         self.waiter_liveness = window;
