@@ -208,8 +208,9 @@ impl FairLock {
     /// the same holder's next call on this lock reaches Redis. A zero `wait` tries once
     /// without joining the queue.
     ///
-    /// Returns within `wait` plus one Redis round trip (bounded by the client's command timeout),
-    /// also while Redis is unreachable: then with the Redis error.
+    /// Returns within `wait` plus the round trip of the attempt in flight when it ran out (at
+    /// most the client's command timeout; under load a round trip includes the time the tasks
+    /// involved wait for a thread), also while Redis is unreachable: then with the Redis error.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a lease under
