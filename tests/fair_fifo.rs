@@ -9,15 +9,21 @@ use fairlock::Client;
 use redis::Commands;
 use support::{queue_len, wait_until, wait_until_async, RedisServer};
 
-/// A client whose waiters heartbeat every 100 ms (a 300 ms liveness window).
-async fn beating_client(server: &RedisServer) -> Client {
+/// A client whose waiters heartbeat every third of `liveness` (300 ms: every 100 ms; ten
+/// minutes: never within a test).
+async fn waiting_client(server: &RedisServer, liveness: Duration) -> Client {
     Client::builder()
         .standalone(server.url())
-        .waiter_liveness(Duration::from_millis(300))
+        .waiter_liveness(liveness)
         .timer_tick(Duration::from_millis(10))
         .build()
         .await
         .unwrap()
+}
+
+/// A client whose waiters heartbeat every 100 ms (a 300 ms liveness window).
+async fn beating_client(server: &RedisServer) -> Client {
+    waiting_client(server, Duration::from_millis(300)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -408,16 +414,6 @@ async fn a_call_whose_shared_entry_was_given_up_rejoins_at_the_tail() {
     assert_eq!(queue_len(&mut raw, "sib"), 0);
 }
 
-/// A waiter client whose heartbeats never run within a test (a ten-minute liveness window).
-async fn quiet_client(server: &RedisServer) -> Client {
-    Client::builder()
-        .standalone(server.url())
-        .waiter_liveness(Duration::from_secs(600))
-        .build()
-        .await
-        .unwrap()
-}
-
 /// Issue 36: a call's first attempt that finds the lock held and waiters queued cannot take the
 /// lock, so it joins the tail without purging or reading the head (whoever frees the lock
 /// purges it). Each such join reads one list element (the tail, for the deadline Redisson
@@ -429,7 +425,7 @@ async fn a_join_behind_a_held_lock_never_reads_the_head() {
     let server = RedisServer::start();
     let mut raw = server.conn();
     let owner = Client::connect(&server.url()).await.unwrap();
-    let waiters = quiet_client(&server).await;
+    let waiters = waiting_client(&server, Duration::from_secs(600)).await;
     let monitor = support::Monitor::start(server.port());
     let held = owner.fair_lock("joins").lock().await.unwrap();
     let mut tasks = Vec::new();
@@ -504,7 +500,7 @@ async fn a_dead_head_ahead_of_a_join_behind_a_held_lock_is_purged_at_once() {
     let server = RedisServer::start();
     let mut raw = server.conn();
     let owner = Client::connect(&server.url()).await.unwrap();
-    let waiters = quiet_client(&server).await;
+    let waiters = waiting_client(&server, Duration::from_secs(600)).await;
     let held = owner
         .fair_lock("dead-head")
         .lock_with_lease(Duration::from_secs(120))
