@@ -76,7 +76,7 @@ impl Named {
     /// Refuses a call on a client that shut down, or on a name `validate` refuses (before any
     /// I/O).
     pub(crate) fn check(&self, validate: fn(&str, bool) -> Result<()>) -> Result<()> {
-        self.inner.check_open()?;
+        self.inner.helds.check_open()?;
         validate(&self.name, self.inner.conn.is_cluster())
     }
 

@@ -109,7 +109,7 @@ impl Hold {
                 "this hold is renewed by the watchdog; only holds taken with a lease are extended",
             ));
         }
-        self.held.inner.check_open()?;
+        self.held.inner.helds.check_open()?;
         if self.is_lost() {
             return Err(Error::NotHeld);
         }

@@ -2,10 +2,8 @@
 //! field it works on. Handles, guards and each field's `Held` keep it alive; background tasks
 //! never hold a strong reference to it, so they end when the last of those is gone.
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::Config;
@@ -13,7 +11,6 @@ use crate::conn::subscriber::Subscriber;
 use crate::conn::Conn;
 use crate::engine::driver::DriverHandle;
 use crate::engine::field::Helds;
-use crate::error::{Error, Result};
 
 /// Everything a client shares. Background tasks never hold a strong reference to it.
 #[derive(Debug)]
@@ -27,13 +24,6 @@ pub(crate) struct Inner {
     pub(crate) driver: DriverHandle,
     /// Every lock and owner field this client works on (see `engine/field/`).
     pub(crate) helds: Helds,
-    /// `true` once shut down; waiters watch it.
-    pub(crate) closed: watch::Sender<bool>,
-    /// The last owner field built: a holder taking many locks (or one lock many times) shares
-    /// one allocation.
-    last_field: std::sync::Mutex<Option<(i64, Arc<str>)>>,
-    /// Idle call holders by lock name (see [`reuse_holder`](Self::reuse_holder)).
-    idle_holders: std::sync::Mutex<IdleHolders>,
     /// Expirable-semaphore permits in use under this client, for shutdown (ended entries are
     /// dropped as new ones come).
     permits: std::sync::Mutex<Vec<std::sync::Weak<crate::engine::permit::PermitLease>>>,
@@ -65,19 +55,6 @@ impl Drop for Running {
     }
 }
 
-/// Holder ids of ended calls that left nothing behind, by lock name, newest last.
-#[derive(Debug, Default)]
-struct IdleHolders {
-    /// Each id with whether its waiter channel was subscribed (see `Inner::holder_idle`).
-    by_name: std::collections::HashMap<Box<str>, Vec<(i64, bool)>>,
-    total: usize,
-}
-
-/// At most this many idle holders are kept per client (each is a few bytes and, for a while, a
-/// subscribed channel: see `conn/subscriber`).
-const MAX_IDLE_HOLDERS: usize = 4096;
-/// At most this many per lock name.
-const MAX_IDLE_HOLDERS_PER_NAME: usize = 256;
 
 impl Inner {
     /// How long a call mark of the coordination kinds lives (ms, PROTOCOL 11): ten seconds, or
@@ -101,74 +78,20 @@ impl Inner {
         subscriber: Subscriber,
         driver: DriverHandle,
     ) -> Self {
+        let uuid = id.hyphenated().to_string();
         Inner {
             id,
-            uuid: id.hyphenated().to_string(),
+            helds: Helds::new(&uuid),
+            uuid,
             config,
             conn,
             subscriber,
             driver,
-            helds: Helds::default(),
-            closed: watch::Sender::new(false),
-            last_field: std::sync::Mutex::new(None),
-            idle_holders: std::sync::Mutex::new(IdleHolders::default()),
             permits: std::sync::Mutex::new(Vec::new()),
             background: Arc::default(),
         }
     }
 
-    /// The holder of one acquisition call that brought none of its own: an idle one of this
-    /// client on lock `name` when there is one (see [`reuse_holder`](Self::reuse_holder)),
-    /// else a fresh one; and whether its waiter channel may still be subscribed (a fresh id's
-    /// never is, nor that of an idle one whose calls never subscribed).
-    pub(crate) fn call_holder(&self, name: &str) -> (i64, bool) {
-        self.reuse_holder(name)
-            .unwrap_or_else(|| (mint_holder_id(), false))
-    }
-
-    /// A holder id for a new call on lock `name` that a call of this client used before and that
-    /// left nothing behind, if there is one (the newest first).
-    ///
-    /// Why: a fair waiter listens on its own channel (PROTOCOL 2), one per owner field, so a
-    /// fresh holder per call would cost every waiting call a subscription (a round trip, then a
-    /// second attempt to cover the gap) and an unsubscription later. A reused holder's channel
-    /// is usually still subscribed (it lingers), so its call waits at once.
-    ///
-    /// Why it is safe: an id comes back here only from a field whose every trace is gone
-    /// ([`Held`](crate::engine::field::Held)'s `Drop`): no guard, no call, no work in its line,
-    /// no hold in Redis by the client's count and no reply it never saw, and a holder nobody was
-    /// given (a guard's `holder()` keeps it out for good). So two calls that run at the same
-    /// time never share a holder, and no `Holder` value a user kept can re-enter a later call's
-    /// hold. What Redis may still have of it is what any holder's next call meets and settles:
-    /// a queue entry whose give-up failed (dropped by the call's first attempt) and a grant
-    /// message that comes late (it names the old call's nonce and is ignored).
-    pub(crate) fn reuse_holder(&self, name: &str) -> Option<(i64, bool)> {
-        let mut idle = self.idle_holders.lock().unwrap_or_else(|p| p.into_inner());
-        let ids = idle.by_name.get_mut(name)?;
-        let id = ids.pop();
-        if ids.is_empty() {
-            idle.by_name.remove(name);
-        }
-        if id.is_some() {
-            idle.total -= 1;
-        }
-        id
-    }
-
-    /// A call holder `id` on lock `name` left nothing behind: a later call may reuse it.
-    /// `subscribed`: a call of it subscribed its waiter channel, which may still linger.
-    pub(crate) fn holder_idle(&self, name: &str, id: i64, subscribed: bool) {
-        let mut idle = self.idle_holders.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.total >= MAX_IDLE_HOLDERS {
-            return;
-        }
-        let ids = idle.by_name.entry(name.into()).or_default();
-        if ids.len() >= MAX_IDLE_HOLDERS_PER_NAME {
-            return;
-        }
-        ids.push((id, subscribed));
-        idle.total += 1;
-    }
 
     /// Runs `work` on the driver (no I/O in `Drop`), counted until it is done so that `shutdown`
     /// can wait for it.
@@ -223,32 +146,5 @@ impl Inner {
             .collect()
     }
 
-    pub(crate) fn check_open(&self) -> Result<()> {
-        if *self.closed.borrow() {
-            Err(Error::Shutdown)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// The owner field of `holder` in this client.
-    pub(crate) fn field(&self, holder: i64) -> Arc<str> {
-        let mut last = self.last_field.lock().unwrap_or_else(|p| p.into_inner());
-        match &*last {
-            Some((h, field)) if *h == holder => field.clone(),
-            _ => {
-                let field: Arc<str> = format!("{}:{}", self.uuid, holder).into();
-                *last = Some((holder, field.clone()));
-                field
-            }
-        }
-    }
 }
 
-/// The next minted holder id: negative, from one process-wide counter, so unique within every
-/// client of the process (a `RedLock` uses one id on several clients) and never equal to a raw
-/// id (`Holder::from_raw` takes the non-negative ones).
-pub(crate) fn mint_holder_id() -> i64 {
-    static NEXT_MINTED: AtomicI64 = AtomicI64::new(-1);
-    NEXT_MINTED.fetch_sub(1, Ordering::Relaxed)
-}

@@ -54,7 +54,7 @@ pub(crate) async fn start(config: Config) -> Result<Arc<Inner>> {
 
 /// What `Client::shutdown` does (see its documentation).
 pub(crate) async fn shutdown(inner: &Inner) {
-    if inner.closed.send_replace(true) {
+    if inner.helds.closed.send_replace(true) {
         return;
     }
     inner.subscriber.wake_all();

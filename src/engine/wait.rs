@@ -101,10 +101,10 @@ where
     // A semaphore's waiter takes its place in line before its first attempt here, so a count
     // published from then on either wakes it or is counted against a waiter that will look.
     let slot = need.and_then(|n| Some(mail.sleepers()?.join(n)));
-    let mut closed = inner.closed.subscribe();
+    let mut closed = inner.helds.closed.subscribe();
     let mut outage = Outage::default();
     loop {
-        inner.check_open()?;
+        inner.helds.check_open()?;
         let seen = mail.seq();
         if let Some(slot) = &slot {
             slot.begin();

@@ -204,7 +204,7 @@ impl Client {
 
     /// Whether [`shutdown`](Self::shutdown) has been called.
     pub fn is_shutdown(&self) -> bool {
-        *self.inner.closed.borrow()
+        *self.inner.helds.closed.borrow()
     }
 
     /// Shuts the client down: every pending lock call returns [`Error::Shutdown`](crate::Error::Shutdown) (leaving its

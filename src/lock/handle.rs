@@ -47,7 +47,7 @@ impl Handle {
         let mut conn = inner.conn.clone();
         let field = self
             .holder()
-            .map(|holder| spec.owner_field(inner.field(holder)));
+            .map(|holder| spec.owner_field(inner.helds.field(holder)));
         let prefix = format!("{}:", inner.uuid);
         wire::hold_count(&mut conn, spec, field.as_deref(), &prefix).await
     }

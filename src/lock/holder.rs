@@ -8,7 +8,7 @@
 //!
 //! A call's own id is freshly minted, or the id of an ended call of the same client on the same
 //! lock that left nothing behind and whose id no guard showed to the user
-//! (`Inner::reuse_holder`): its waiter channel is then still subscribed, which saves a waiting
+//! (`Helds::reuse_holder`): its waiter channel is then still subscribed, which saves a waiting
 //! call a subscription. Two calls that run at the same time never share an id.
 //!
 //! Minted ids are negative and come from one process-wide counter (`engine/inner.rs`
@@ -52,7 +52,7 @@ pub struct Holder(i64);
 impl Holder {
     /// A new holder id, never handed out before in this process (a negative number).
     pub(crate) fn mint() -> Holder {
-        Holder(crate::engine::inner::mint_holder_id())
+        Holder(crate::engine::field::mint_holder_id())
     }
 
     /// The holder whose id was read back from an owner field this client built.

@@ -172,7 +172,7 @@ impl Waiter {
         token: Option<u64>,
         granted_ttl: Option<Duration>,
     ) -> Result<Option<Hold>> {
-        if self.inner.check_open().is_err() {
+        if self.inner.helds.check_open().is_err() {
             // Shutdown releases what it finds; this grant came after it looked (or while it
             // waited for our turn): give it back here, to its end even if the caller leaves.
             let held = self.held.clone();

@@ -27,7 +27,7 @@ use crate::wire::{AcquireArgs, Attempt, Mode, QueuePlace};
 /// and force-unlocks are in `lock/handle.rs`.
 ///
 /// A handle without a holder gives every acquisition call a holder of its own
-/// ([`Inner::call_holder`]), so its calls never share a hold; one given a holder
+/// ([`Helds::call_holder`](crate::engine::field::Helds::call_holder)), so its calls never share a hold; one given a holder
 /// (`with_holder`) makes all its calls that one holder. Making a handle never does I/O or fails:
 /// a name that cannot be used is reported by every operation as `Error::InvalidName`.
 #[derive(Clone, Debug)]
@@ -106,7 +106,7 @@ impl Handle {
         let (holder, per_call, lingering) = match self.holder {
             Some(holder) => (holder, false, true),
             None => {
-                let (holder, subscribed) = self.inner.call_holder(spec.name());
+                let (holder, subscribed) = self.inner.helds.call_holder(spec.name());
                 (holder, true, subscribed)
             }
         };
@@ -135,7 +135,7 @@ impl Handle {
 struct Request {
     pub(crate) holder: i64,
     /// The holder is the call's own (not one the caller passed): the field may be reused by a
-    /// later call of this client once nothing of it is left (`Inner::reuse_holder`).
+    /// later call of this client once nothing of it is left (`Helds::reuse_holder`).
     pub(crate) per_call: bool,
     /// The field's waiter channel may still be subscribed from an earlier call of the holder:
     /// look for it before the first attempt (`false` only for a holder whose calls never
@@ -190,7 +190,7 @@ async fn acquire_inner(
     spec: &Arc<LockSpec>,
     req: Request,
 ) -> Result<Option<Hold>> {
-    inner.check_open()?;
+    inner.helds.check_open()?;
     let lease = Lease::new(req.lease)?;
     let lease_ms = lease.ttl_ms(inner.config.watchdog_timeout);
     let started = Instant::now();
@@ -207,7 +207,7 @@ async fn acquire_inner(
             started.checked_add(wait)
         }
     };
-    let base = inner.field(req.holder);
+    let base = inner.helds.field(req.holder);
     // The two sides of a read-write lock are two owner fields of one holder, each with its own
     // line: what the holder left to the background on the other side (a dropped guard's
     // release, a cancelled wait's give-up) reaches Redis before this call, as it would on this
@@ -410,7 +410,7 @@ impl Waiter {
     /// The loop of one call: attempt (`attempt.rs`), then take a grant up (also `attempt.rs`) or wait
     /// for a reason to look again (`wait.rs`); transient errors are ridden out (`outage.rs`).
     pub(super) async fn run(&mut self, deadline: Option<Instant>) -> Result<Option<Hold>> {
-        let mut closed = self.inner.closed.subscribe();
+        let mut closed = self.inner.helds.closed.subscribe();
         let mut outage = Outage::default();
         // How long an attempt may wait for its field's turn behind earlier work of the same
         // holder on this lock (a release retrying through an outage keeps the turn for up to its

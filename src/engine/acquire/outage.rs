@@ -28,7 +28,7 @@ impl Waiter {
         }
         let pause = outage.pause(error, deadline, max_idle(&self.inner))?;
         nap(pause, closed).await?;
-        self.inner.check_open()
+        self.inner.helds.check_open()
     }
 
     /// A grant was given back because it could no longer be trusted when it reached us (its
@@ -53,7 +53,7 @@ impl Waiter {
         }
         tracing::debug!(retry_in = ?pause, "a grant could not be trusted on arrival; pausing");
         nap(pause, closed).await?;
-        self.inner.check_open()?;
+        self.inner.helds.check_open()?;
         Ok(deadline.is_none_or(|d| Instant::now() < d))
     }
 }

@@ -154,7 +154,7 @@ impl Waiter {
                 }
             }
         }
-        self.inner.check_open()?;
+        self.inner.helds.check_open()?;
         if let Some(outcome) = self.take_up_grant(&mail, turn_deadline).await {
             match outcome? {
                 Some(guard) => return Ok(Step::Done(Some(guard))),
