@@ -95,7 +95,6 @@ mod coord;
 mod engine;
 mod error;
 pub mod keys;
-mod lease;
 mod lock;
 mod metrics;
 mod redlock;

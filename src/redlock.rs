@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
+use crate::engine::hold::lease_ms;
 use crate::engine::validity::drift;
 use crate::engine::validity::LostReason;
 use crate::error::{Error, Result};
-use crate::lease::lease_ms;
 use crate::lock::client::Client;
 use crate::lock::guard::LockGuard;
 use crate::lock::holder::Holder;

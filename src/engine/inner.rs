@@ -55,7 +55,6 @@ impl Drop for Running {
     }
 }
 
-
 impl Inner {
     /// How long a call mark of the coordination kinds lives (ms, PROTOCOL 11): ten seconds, or
     /// four command timeouts when longer.
@@ -91,7 +90,6 @@ impl Inner {
             background: Arc::default(),
         }
     }
-
 
     /// Runs `work` on the driver (no I/O in `Drop`), counted until it is done so that `shutdown`
     /// can wait for it.
@@ -145,6 +143,4 @@ impl Inner {
             .filter(|l| !l.is_ended())
             .collect()
     }
-
 }
-

@@ -10,45 +10,46 @@ use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 
-/// A run of transient errors met by one call.
-#[derive(Debug, Default)]
+/// A run of transient errors met by one call. A call keeps an `Option<Outage>`: `None` while
+/// replies come (nothing to keep on the path of a call that meets no error), made by the first
+/// transient error of a run ([`pause`]), and set back to `None` by the next reply.
+#[derive(Debug)]
 pub(crate) struct Outage {
-    since: Option<Instant>,
+    /// When the run's first error was met.
+    since: Instant,
     retries: u32,
 }
 
-impl Outage {
-    /// A reply came: the outage, if any, is over.
-    pub(crate) fn end(&mut self) {
-        *self = Outage::default();
+/// `error` was met by a call with `deadline` (without one: `longest` from the first failure of
+/// the run, which a transient error starts in `outage` when none is running). Returns the pause
+/// before the next try, or the error when it is not transient or the time to ride it out is
+/// over.
+pub(crate) fn pause(
+    outage: &mut Option<Outage>,
+    error: Error,
+    deadline: Option<Instant>,
+    longest: Duration,
+) -> Result<Duration> {
+    if !error.is_transient() {
+        return Err(error);
     }
-
-    /// `error` was met by a call with `deadline` (without one: `longest` from the first
-    /// failure). Returns the pause before the next try, or the error when it is not transient or
-    /// the time to ride it out is over.
-    pub(crate) fn pause(
-        &mut self,
-        error: Error,
-        deadline: Option<Instant>,
-        longest: Duration,
-    ) -> Result<Duration> {
-        if !error.is_transient() {
-            return Err(error);
-        }
-        let now = Instant::now();
-        let since = *self.since.get_or_insert(now);
-        let limit = deadline.unwrap_or(since + longest);
-        if now >= limit {
-            tracing::warn!(error = %crate::error::chain(&error), outage = ?now - since,
-                "redis still failing; giving up");
-            return Err(error);
-        }
-        self.retries = self.retries.saturating_add(1);
-        let pause = crate::retry::retry_backoff(self.retries).min(limit - now);
-        tracing::warn!(error = %crate::error::chain(&error), retry_in = ?pause,
-            "transient redis error while waiting");
-        Ok(pause)
+    let now = Instant::now();
+    let run = outage.get_or_insert(Outage {
+        since: now,
+        retries: 0,
+    });
+    let since = run.since;
+    let limit = deadline.unwrap_or(since + longest);
+    if now >= limit {
+        tracing::warn!(error = %crate::error::chain(&error), outage = ?now - since,
+            "redis still failing; giving up");
+        return Err(error);
     }
+    run.retries = run.retries.saturating_add(1);
+    let pause = crate::retry::retry_backoff(run.retries).min(limit - now);
+    tracing::warn!(error = %crate::error::chain(&error), retry_in = ?pause,
+        "transient redis error while waiting");
+    Ok(pause)
 }
 
 /// Sleeps for `pause`, or until the client shuts down ([`Error::Shutdown`]).

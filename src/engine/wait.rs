@@ -102,7 +102,7 @@ where
     // published from then on either wakes it or is counted against a waiter that will look.
     let slot = need.and_then(|n| Some(mail.sleepers()?.join(n)));
     let mut closed = inner.helds.closed.subscribe();
-    let mut outage = Outage::default();
+    let mut outage: Option<Outage> = None;
     loop {
         inner.helds.check_open()?;
         let seen = mail.seq();
@@ -122,11 +122,11 @@ where
                 return Ok(Some(v));
             }
             Ok(Look::NotYet(hint)) => {
-                outage.end();
+                outage = None;
                 hint.map_or(RECHECK, |h| h.clamp(Duration::from_millis(1), RECHECK))
             }
             Ok(Look::Backoff(pause)) => {
-                outage.end();
+                outage = None;
                 let now = Instant::now();
                 if deadline.is_some_and(|d| now >= d) {
                     return Ok(None);
@@ -140,7 +140,8 @@ where
             }
             // As a lock call does (`engine/outage.rs`): ride out an outage until the deadline,
             // or for one watchdog timeout without one; the attempt settled its own writes.
-            Err(e) => outage.pause(
+            Err(e) => crate::engine::outage::pause(
+                &mut outage,
                 e,
                 deadline.map(Instant::into_std),
                 inner.config.watchdog_timeout,

@@ -8,18 +8,20 @@ use tracing::Instrument;
 
 use super::settle::{give_up_logged, settle_abandoned, AttemptFuture};
 use super::wait::Queued;
+use crate::config::ReplicaSync;
 use crate::conn::subscriber::Subscription;
-use crate::engine::driver::{WaiterBeat, Work};
-use crate::engine::field::Held;
-use crate::engine::hold::Hold;
+use crate::conn::Conn;
+use crate::engine::driver::{Confirm, RunToEnd, WaiterBeat, Work};
+use crate::engine::field::{next_id, FieldTurn, Held, What};
+use crate::engine::hold::{Hold, Lease};
 use crate::engine::inner::Inner;
 use crate::engine::lane::{Entry, Lane};
 use crate::engine::outage::Outage;
+use crate::engine::release::{release, release_logged};
 use crate::error::{Error, Result};
 use crate::keys::{Kind, LockSpec};
-use crate::lease::Lease;
 use crate::metrics;
-use crate::wire::{AcquireArgs, Attempt, Mode, QueuePlace};
+use crate::wire::{self, AcquireArgs, Attempt, Mode, QueuePlace};
 
 /// What a lock handle is to the engine: a name on a client, the validated spec, an optional
 /// holder and whether grants are fenced. The public handles (`FairLock`, `NonFairLock`, the
@@ -317,15 +319,6 @@ pub(crate) async fn reenter(hold: &Hold, lease: Option<Duration>) -> Result<Opti
 // to the driver. Its phases live beside it: `attempt.rs` (an attempt, and a grant taken up),
 // `wait.rs`, `outage.rs`.
 
-/// Longest a waiter sleeps without any reason to re-check (a guard against a wake-up path that
-/// failed in a way nobody noticed; every normal path wakes it sooner).
-pub(super) fn max_idle(inner: &Inner) -> Duration {
-    inner
-        .config
-        .watchdog_timeout
-        .max(inner.config.waiter_liveness)
-}
-
 pub(super) struct Waiter {
     pub(super) inner: Arc<Inner>,
     /// The lock and owner field this call works on.
@@ -373,28 +366,6 @@ pub(super) enum Step {
 }
 
 impl Waiter {
-    /// A channel still lingering from this holder's last wait is taken at once, so even the
-    /// first attempt is covered and needs no re-check. (Called only when the holder's calls
-    /// may have subscribed it: [`Request::lingering`].)
-    pub(super) fn take_lingering_subscription(&mut self) {
-        if self.zero_wait {
-            return;
-        }
-        let channel = self.args.spec.wake_channel(&self.args.field);
-        self.subscription = self.inner.subscriber.subscribe_if_live(&channel);
-        if self.args.spec.prefer_writers {
-            let turns = self.args.spec.keys.rw_turns_channel();
-            self.turns = self.inner.subscriber.subscribe_if_live(&turns);
-            if self.turns.is_none() {
-                // Both or neither: the first attempt is re-checked after subscribing.
-                self.subscription = None;
-            }
-        }
-        if self.subscription.is_some() {
-            self.held.mark_subscribed();
-        }
-    }
-
     /// The message counts before an attempt: of the broadcast side of a read-write lock's
     /// mailbox (when we wait there) and of the turns channel of a writer-preferring queue, so a
     /// message that comes while the attempt runs is seen before we sleep.
@@ -411,7 +382,7 @@ impl Waiter {
     /// for a reason to look again (`wait.rs`); transient errors are ridden out (`outage.rs`).
     pub(super) async fn run(&mut self, deadline: Option<Instant>) -> Result<Option<Hold>> {
         let mut closed = self.inner.helds.closed.subscribe();
-        let mut outage = Outage::default();
+        let mut outage: Option<Outage> = None;
         // How long an attempt may wait for its field's turn behind earlier work of the same
         // holder on this lock (a release retrying through an outage keeps the turn for up to its
         // retry window): never past the call's deadline; a zero wait, whose deadline is now,
@@ -429,7 +400,7 @@ impl Waiter {
             };
             let attempt = match outcome {
                 Ok(attempt) => {
-                    outage.end();
+                    outage = None;
                     attempt
                 }
                 Err(e) => {
@@ -515,6 +486,223 @@ impl Drop for Waiter {
                     drop(turn);
                 })));
             });
+        }
+    }
+}
+
+// -----------------------------------------------------------------------------------------------
+// An attempt, and how a grant becomes a hold.
+// One attempt of a call, with its field's turn: the script (`wire::acquire`), then the
+// account (`engine/field/`), then replica sync for a grant; and how a grant becomes a guard
+// (below). The attempt takes its place in the field's line synchronously, before its first
+// await, so whatever this holder left to the background earlier reaches Redis first; it is a
+// boxed future the caller's future polls, and if the caller drops it while it is in flight,
+// the attempt (turn and all) is handed to the driver to settle (`Waiter`'s `Drop`).
+
+impl Waiter {
+    /// Sends one attempt with the field's turn and waits for it. The attempt takes its place in
+    /// the field's line before anything else, and is kept in `in_flight` while it runs, so a
+    /// caller that drops us meanwhile hands it (turn and all) to the driver to settle. Returns
+    /// the outcome with the turn still held, so a grant is registered before anyone else's
+    /// operation on the field.
+    ///
+    /// `None` when `turn_deadline` passed before the field's turn came: nothing was sent (the
+    /// place in line is given up, and the turn passes on to whoever is behind).
+    pub(super) async fn attempt(
+        &mut self,
+        turn_deadline: Option<Instant>,
+    ) -> Option<(Result<Attempt>, FieldTurn)> {
+        let fair = self.args.spec.kind == Kind::Fair;
+        if fair && !self.counted {
+            // Decided when the attempt takes its place in the line: a call that ended before
+            // this one began has its give-up (or settling) ahead of us in the line, and a call
+            // that is still waiting shares its entry with us.
+            let joins = self.args.mode != Mode::Try;
+            self.drop_stale = self.held.call_starts(joins);
+            self.counted = joins;
+        }
+        if self.args.spec.queues() && self.args.mode != Mode::Try {
+            self.queued = true;
+        }
+        let drop_stale = self.drop_stale && self.args.mode != Mode::Requeue;
+        let entry = match (Lane::reserve(&self.held), turn_deadline) {
+            (entry @ Entry::Waiting(..), Some(until)) => {
+                tracing::trace!("waits for its turn behind earlier work of its field");
+                // Taken here, before the attempt exists, so giving up sends nothing.
+                match tokio::time::timeout_at(until.into(), entry.turn()).await {
+                    Ok(turn) => Entry::Ready(turn),
+                    Err(_) => return None,
+                }
+            }
+            (entry, _) => {
+                if matches!(entry, Entry::Waiting(..)) {
+                    tracing::trace!("waits for its turn behind earlier work of its field");
+                }
+                entry
+            }
+        };
+        let mut conn = self.inner.conn.clone();
+        let held = self.held.clone();
+        let mut args = self.args.clone();
+        if args.nonce != 0 {
+            args.nonce = if self.held.calls_share_entry() {
+                // Another call of this holder waits on the lock too and shares our entry: a
+                // grant must not name one of us, so the entry asks for none (the head is told
+                // instead).
+                0
+            } else {
+                // A nonce per attempt: a grant names the attempt whose request it answers, and
+                // only the latest attempt's grant can be taken up from its message (a message of
+                // an earlier grant whose hold vanished meanwhile never matches again).
+                next_id()
+            };
+        }
+        self.last_nonce = args.nonce;
+        let sync = self.inner.config.replica_sync;
+        let timeout = self.inner.config.command_timeout;
+        let attempt = self.in_flight.insert(Box::pin(async move {
+            let turn = entry.turn().await;
+            let outcome =
+                attempt_with_turn(&mut conn, &held, &turn, &args, drop_stale, sync, timeout).await;
+            (outcome, turn)
+        }));
+        let outcome = attempt.as_mut().await;
+        self.in_flight = None;
+        if outcome.0.is_ok() {
+            self.drop_stale = false;
+        }
+        Some(outcome)
+    }
+}
+
+/// One attempt, with the field's turn: the script, then the account (see `engine/field/`), then
+/// replica sync for a grant. A grant that replica sync gives back is released under the same turn.
+async fn attempt_with_turn(
+    conn: &mut Conn,
+    held: &Held,
+    turn: &FieldTurn,
+    args: &AcquireArgs,
+    drop_stale: bool,
+    sync: Option<ReplicaSync>,
+    command_timeout: Duration,
+) -> Result<Attempt> {
+    let expected = turn.count();
+    let reply = wire::acquire(conn, args, expected, drop_stale).await;
+    match &reply {
+        Ok(Attempt::Acquired { count, adopted, .. }) => {
+            turn.attempt_granted(expected, *count, *adopted)
+        }
+        Ok(Attempt::Waiting { .. }) => turn.attempt_waiting(args.nonce),
+        // The attempt may have run and its reply been lost: it may hold the lock unseen. The
+        // next operation on the field compares and sets against Redis and finds out.
+        Err(e) if e.is_ambiguous() => turn.reply_lost(),
+        Err(_) => {}
+    }
+    match (reply?, sync) {
+        (granted @ Attempt::Acquired { .. }, Some(sync)) => {
+            match wire::replica::synced(conn, args, sync).await {
+                Ok(true) => Ok(granted),
+                outcome => {
+                    // Unsynced, or its sync unknown: the grant is given back before the outcome
+                    // is reported, so a retry does not pile a second hold on it.
+                    release(conn, held, turn, What::Orphan, command_timeout).await?;
+                    outcome.map(|_| Attempt::Waiting {
+                        hint_ms: 10,
+                        queued_at: None,
+                        server_ms: 0,
+                        place: None,
+                    })
+                }
+            }
+        }
+        (attempt, _) => Ok(attempt),
+    }
+}
+
+// -----------------------------------------------------------------------------------------------
+// A grant becomes a guard: registered in the field's account under the field's turn, before any
+// other operation on the field can run, with its lease and validity; a grant that can no longer
+// be trusted when it reaches us (its lease, counted from the send, ran out on the way) or that
+// arrives after shutdown is given back instead. A direct grant (PROTOCOL 8) is taken up from
+// its message without a round trip when it names the call's latest attempt.
+
+impl Waiter {
+    /// Turns a grant into a guard, still holding the turn: the hold joins the field's account
+    /// (its lease, its validity) before any other operation on the field can run. A grant that
+    /// arrives after the client began shutting down is given back instead.
+    ///
+    /// So is a grant that can no longer be trusted when we get to it (`None`): its lease, counted
+    /// from when the attempt was sent, has run out (our process was paused, or the reply was that
+    /// slow), and no live hold of the field keeps the lock valid. Another client may hold the lock
+    /// by now; a guard made from it would be valid for no time at all, so none is made.
+    ///
+    /// `granted_ttl`: for a direct grant (PROTOCOL 8), the TTL the grant gave the lock, which
+    /// may be shorter than the hold's lease (at most the liveness window). The hold is trusted for
+    /// that long from `sent` until the lock is extended to its lease: the client's watchdog does
+    /// that a third of that TTL in, if the hold still lives then, with its renewal rules (a
+    /// failed extension is tried again a third of the TTL later, or at once when the next one
+    /// came due while it was in flight; two failures in a row mark the hold lost).
+    pub(super) async fn granted(
+        &mut self,
+        turn: FieldTurn,
+        sent: Instant,
+        token: Option<u64>,
+        granted_ttl: Option<Duration>,
+    ) -> Result<Option<Hold>> {
+        if self.inner.helds.check_open().is_err() {
+            // Shutdown releases what it finds; this grant came after it looked (or while it
+            // waited for our turn): give it back here, to its end even if the caller leaves.
+            let held = self.held.clone();
+            let release = RunToEnd::new(&self.inner.driver.clone(), async move {
+                let _ = release_logged(&held, &turn, What::Orphan).await;
+            });
+            release.run().await;
+            return Err(Error::Shutdown);
+        }
+        let held = &self.held;
+        let watchdog_timeout = self.inner.config.watchdog_timeout;
+        let full = self.lease.span(watchdog_timeout);
+        // What the lock's TTL covers now, and whether it must still be extended to the lease.
+        let (covered, confirm) = match granted_ttl {
+            Some(ttl) if ttl < full => (ttl, true),
+            _ => (full, false),
+        };
+        let registered = turn.register_hold(sent, covered, self.lease, confirm);
+        let Some(registered) = registered else {
+            tracing::warn!(
+                since_sent = ?sent.elapsed(),
+                "a grant reached us after its lease ran out; giving it back"
+            );
+            let held = self.held.clone();
+            let release = RunToEnd::new(&self.inner.driver.clone(), async move {
+                let _ = release_logged(&held, &turn, What::Orphan).await;
+            });
+            release.run().await;
+            return Ok(None);
+        };
+        let guard = Hold::new(held.clone(), registered, token);
+        // A direct grant's short TTL is extended a third of it in, as the watchdog renews a
+        // third of its timeout in: a hold released sooner (the common case under contention)
+        // costs nothing more.
+        self.inner.driver.send_lazy(Work::Acquired {
+            held: held.clone(),
+            watchdog: self.lease.is_watchdog(),
+            confirm: confirm.then(|| Confirm {
+                at: sent + covered / 3,
+                period: covered / 3,
+            }),
+        });
+        drop(turn);
+        tracing::debug!(waited = ?sent.elapsed(), "acquired");
+        Ok(Some(guard))
+    }
+
+    /// A grant reached us after a message woke us: records the hand-over time (release seen →
+    /// grant) for the metric, whichever way the grant came (an attempt, or a direct grant).
+    pub(super) fn record_handover(&self) {
+        if let Some(woken) = self.woken_by_message {
+            let names = self.inner.config.metrics_lock_names;
+            metrics::handover(&self.args.spec, names, woken.elapsed());
         }
     }
 }

@@ -19,7 +19,6 @@
 //! This module must never: register a grant without the field's turn, return later than its wait
 //! plus one round trip while Redis answers, or keep a grant made after shutdown.
 
-mod attempt;
 mod call;
 mod outage;
 mod settle;

@@ -7,8 +7,9 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use super::call::{max_idle, Waiter};
-use crate::engine::outage::{nap, Outage};
+use super::call::Waiter;
+use super::wait::max_idle;
+use crate::engine::outage::{nap, pause, Outage};
 use crate::error::{Error, Result};
 
 impl Waiter {
@@ -19,14 +20,14 @@ impl Waiter {
     pub(super) async fn ride_out(
         &mut self,
         error: Error,
-        outage: &mut Outage,
+        outage: &mut Option<Outage>,
         deadline: Option<Instant>,
         closed: &mut watch::Receiver<bool>,
     ) -> Result<()> {
         if self.zero_wait {
             return Err(error);
         }
-        let pause = outage.pause(error, deadline, max_idle(&self.inner))?;
+        let pause = pause(outage, error, deadline, max_idle(&self.inner))?;
         nap(pause, closed).await?;
         self.inner.helds.check_open()
     }

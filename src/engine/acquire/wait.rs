@@ -11,8 +11,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::call::{max_idle, Step, Waiter};
+use super::call::{Step, Waiter};
+use crate::conn::subscriber::Mailbox;
 use crate::engine::driver::{WaiterBeat, Work};
+use crate::engine::hold::Hold;
+use crate::engine::inner::Inner;
+use crate::engine::lane::Lane;
 use crate::engine::outage::{shut_down, Outage};
 use crate::error::{Error, Result};
 use crate::keys::Kind;
@@ -46,7 +50,7 @@ impl Waiter {
         queued: Queued,
         deadline: Option<Instant>,
         turn_deadline: Option<Instant>,
-        outage: &mut Outage,
+        outage: &mut Option<Outage>,
         closed: &mut watch::Receiver<bool>,
     ) -> Result<Step> {
         let Queued {
@@ -246,5 +250,124 @@ impl Waiter {
         });
         self.inner.driver.send(Work::Waiter(beat.clone()));
         self.beat = Some(beat);
+    }
+}
+
+impl Waiter {
+    /// A channel still lingering from this holder's last wait is taken at once, so even the
+    /// first attempt is covered and needs no re-check. (Called only when the holder's calls
+    /// may have subscribed it: [`Request::lingering`].)
+    pub(super) fn take_lingering_subscription(&mut self) {
+        if self.zero_wait {
+            return;
+        }
+        let channel = self.args.spec.wake_channel(&self.args.field);
+        self.subscription = self.inner.subscriber.subscribe_if_live(&channel);
+        if self.args.spec.prefer_writers {
+            let turns = self.args.spec.keys.rw_turns_channel();
+            self.turns = self.inner.subscriber.subscribe_if_live(&turns);
+            if self.turns.is_none() {
+                // Both or neither: the first attempt is re-checked after subscribing.
+                self.subscription = None;
+            }
+        }
+        if self.subscription.is_some() {
+            self.held.mark_subscribed();
+        }
+    }
+
+    /// Takes up a direct grant (PROTOCOL 8) announced in `mail` for this call's latest attempt, without a round
+    /// trip: the lock was granted to us by the script that freed it, and the hold joins our
+    /// field's account under the field's turn, like an attempt's grant. `None` when there is no
+    /// such grant, or it cannot be taken from the message (our field's account changed since the
+    /// attempt it answers, or an attempt's reply was lost): the caller's next attempt then finds
+    /// the hold in Redis and takes it up (`adopted`), or queues again.
+    ///
+    /// The hold is trusted from a moment that is never later than the grant: the send time of
+    /// the attempt that left us queued, moved on by the server time that passed between that
+    /// attempt and the grant, less a drift margin (`grant_start`).
+    pub(super) async fn take_up_grant(
+        &mut self,
+        mail: &Mailbox,
+        turn_deadline: Option<Instant>,
+    ) -> Option<Result<Option<Hold>>> {
+        let grant = mail.take_grant()?;
+        let (nonce, sent, attempt_ms) = self.pending?;
+        if grant.nonce != nonce {
+            return None;
+        }
+        let entry = Lane::reserve(&self.held);
+        let turn = match turn_deadline {
+            Some(until) => tokio::time::timeout_at(until.into(), entry.turn())
+                .await
+                .ok()?,
+            None => entry.turn().await,
+        };
+        let taken = turn.take_up_direct(grant.nonce);
+        if !taken {
+            tracing::debug!("a grant message no longer matches the field; checking with Redis");
+            return None;
+        }
+        self.queued = false;
+        self.pending = None;
+        self.record_handover();
+        let start = grant_start(sent, attempt_ms, grant.server_ms, Instant::now());
+        let token = self.args.fenced.then_some(grant.token);
+        tracing::debug!(nonce = grant.nonce, "took up a direct grant");
+        let ttl = Duration::from_millis(self.args.grant_ttl_ms as u64);
+        Some(self.granted(turn, start, token, Some(ttl)).await)
+    }
+}
+
+/// Longest a waiter sleeps without any reason to re-check (a guard against a wake-up path that
+/// failed in a way nobody noticed; every normal path wakes it sooner).
+pub(super) fn max_idle(inner: &Inner) -> Duration {
+    inner
+        .config
+        .watchdog_timeout
+        .max(inner.config.waiter_liveness)
+}
+
+/// The moment a direct grant is trusted from: `sent` (the send time of the attempt that ran at
+/// server time `attempt_ms`) moved on by the server time between that attempt and the grant
+/// (`grant_ms`), less one millisecond of rounding and 0.1 % of the interval for the two clocks'
+/// drift, and never later than `now`. The attempt ran after `sent`, so this is never later than
+/// the grant while the clocks drift less than that (a server clock stepped backwards only moves
+/// it earlier).
+fn grant_start(sent: Instant, attempt_ms: i64, grant_ms: i64, now: Instant) -> Instant {
+    let between = grant_ms.saturating_sub(attempt_ms);
+    let margin = 1 + between.unsigned_abs() / 1000;
+    let shift = i128::from(between) - i128::from(margin);
+    let start = if shift >= 0 {
+        sent + Duration::from_millis(shift as u64)
+    } else {
+        sent.checked_sub(Duration::from_millis(shift.unsigned_abs() as u64))
+            .unwrap_or(sent)
+    };
+    start.min(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_is_trusted_from_no_later_than_it_was_made() {
+        let sent = Instant::now();
+        let now = sent + Duration::from_secs(100);
+        // 10 s of server time after the attempt: 10 s after the send, less 1 ms + 10 ms.
+        assert_eq!(
+            grant_start(sent, 1_000_000, 1_010_000, now),
+            sent + Duration::from_millis(10_000 - 11)
+        );
+        // Never later than now, however far the server clock jumped.
+        assert_eq!(grant_start(sent, 0, 10_000_000, now), now);
+        // A server clock stepped back: earlier than the send.
+        assert!(grant_start(sent, 5_000, 4_000, now) < sent);
+        // The same millisecond: 1 ms before the send.
+        assert_eq!(
+            grant_start(sent, 7, 7, now),
+            sent.checked_sub(Duration::from_millis(1)).unwrap_or(sent)
+        );
     }
 }

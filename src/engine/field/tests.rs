@@ -23,6 +23,7 @@ mod held {
 }
 
 mod account {
+    use super::super::ends::release_plan;
     use super::super::*;
 
     #[test]
