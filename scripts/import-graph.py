@@ -46,7 +46,6 @@ LAYERS = [
             "retry.rs",
             "scripts.rs",
             "util.rs",
-            "lease.rs",
             "error.rs",
         ],
     ),

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::engine::hold::lease_ms;
 use crate::engine::validity::drift;
+use crate::engine::validity::lease_ms;
 use crate::engine::validity::LostReason;
 use crate::error::{Error, Result};
 use crate::lock::client::Client;

@@ -250,7 +250,7 @@ impl ExpirableSemaphore {
                 ),
             ));
         }
-        let lease = crate::engine::hold::Lease::new(lease)?;
+        let lease = crate::engine::validity::Lease::new(lease)?;
         let lease_ms = lease.ttl_ms(self.core.inner.config.watchdog_timeout);
         let watchdog = lease.is_watchdog();
         let untrusted = std::sync::atomic::AtomicU32::new(0);

@@ -2,21 +2,17 @@
 //! loss epoch it was made at and which of the field's holds it is. The public `LockGuard`
 //! (`lock/guard.rs`) is a documented shell over it.
 //!
-//! Its lease lives here too (below): one type, [`Lease`], from the call that asks for it to the
-//! hold that keeps it, with the rules every lease follows.
-//!
 //! A hold must never do I/O in `Drop`: it leaves the account of its field at once and takes its
 //! release's place in the field's line synchronously; the driver sends the release.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::{duration_ms, MIN_LEASE};
 use crate::engine::driver::{RunToEnd, Work};
 use crate::engine::field::{Held, HoldRef, Registered, What};
 use crate::engine::lane::Lane;
 use crate::engine::release::release_logged;
-use crate::engine::validity::LostReason;
+use crate::engine::validity::{lease_ms, LostReason};
 use crate::error::{Error, Result};
 use crate::wire::Unlocked;
 
@@ -40,7 +36,7 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    /// A hold just registered in `held`'s account (`engine/acquire/attempt.rs`), already counted
+    /// A hold just registered in `held`'s account (`engine/acquire/call.rs`), already counted
     /// live at its epoch by the registration.
     pub(crate) fn new(held: Arc<Held>, registered: Registered, token: Option<u64>) -> Self {
         let Registered { gen, hold, epoch } = registered;
@@ -288,104 +284,5 @@ async fn wait_lost(held: &Held, epoch: u64, ended: Option<&Ended>) -> LostReason
                 }
             }
         }
-    }
-}
-
-// ===============================================================================================
-// The lease.
-// The lease of a hold, one type from the call that asks for it to the hold that keeps it:
-// renewed by the watchdog, or fixed. A fixed lease is checked once, where it enters the library
-// ([`Lease::new`]); Redis sees it in whole milliseconds ([`Lease::ttl_ms`]). Also the rules
-// every lease follows: the drift margin taken off it and the validity deadline that leaves
-// ([`validity_deadline`]), and the shortest lease that leaves any ([`lease_ms`]).
-
-/// How long a hold lasts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Lease {
-    /// Renewed by the client's watchdog while the hold lives.
-    Watchdog,
-    /// Expires this long after its grant was sent, unless extended.
-    Fixed(Duration),
-}
-
-impl Lease {
-    /// What a caller passed (`None`: the watchdog's), checked: a fixed lease must leave validity
-    /// after its drift margin ([`MIN_LEASE`](crate::MIN_LEASE)) and fit what Redis is sent
-    /// ([`MAX_DURATION`](crate::MAX_DURATION)).
-    pub(crate) fn new(lease: Option<Duration>) -> Result<Lease> {
-        match lease {
-            None => Ok(Lease::Watchdog),
-            Some(d) => {
-                lease_ms("lease", d)?;
-                Ok(Lease::Fixed(d))
-            }
-        }
-    }
-
-    /// The fixed lease, if it is one.
-    pub(crate) fn fixed(self) -> Option<Duration> {
-        match self {
-            Lease::Watchdog => None,
-            Lease::Fixed(d) => Some(d),
-        }
-    }
-
-    pub(crate) fn is_watchdog(self) -> bool {
-        self == Lease::Watchdog
-    }
-
-    /// How long the lock's TTL must reach for this hold: its fixed lease, or the watchdog timeout
-    /// (renewed before it runs out).
-    pub(crate) fn span(self, watchdog_timeout: Duration) -> Duration {
-        self.fixed().unwrap_or(watchdog_timeout)
-    }
-
-    /// [`span`](Self::span) in whole milliseconds, as the scripts set it.
-    pub(crate) fn ttl_ms(self, watchdog_timeout: Duration) -> i64 {
-        self.span(watchdog_timeout).as_millis() as i64
-    }
-}
-
-/// The drift margin subtracted from a lease before the local validity deadline: 1 % + 2 ms, as
-/// Redlock uses for clock drift between client and server.
-pub(crate) fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
-
-/// The validity deadline of a grant or renewal sent at `sent` with a lease of `lease`: the moment
-/// up to which no other client can have taken the lock, allowing for clock drift.
-pub(crate) fn validity_deadline(sent: Instant, lease: Duration) -> Instant {
-    sent + lease.saturating_sub(drift(lease))
-}
-
-/// Converts a lease to whole milliseconds for Redis, as [`duration_ms`] does, and refuses one
-/// that leaves no validity after its drift margin (under [`MIN_LEASE`]): a grant made with it
-/// could never be trusted, and a call would retry it until its wait ran out.
-pub(crate) fn lease_ms(argument: &'static str, lease: Duration) -> Result<i64> {
-    let ms = duration_ms(argument, lease)?;
-    if lease < MIN_LEASE {
-        return Err(Error::invalid_argument(
-            argument,
-            format!(
-                "{lease:?} leaves no validity after the drift margin of {:?} (the shortest lease is {MIN_LEASE:?})",
-                drift(lease)
-            ),
-        ));
-    }
-    Ok(ms)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_fixed_lease_is_checked_where_it_enters() {
-        assert_eq!(Lease::new(None).unwrap(), Lease::Watchdog);
-        assert!(Lease::new(Some(Duration::from_millis(2))).is_err());
-        assert!(Lease::new(Some(crate::config::MAX_DURATION * 2)).is_err());
-        let lease = Lease::new(Some(Duration::from_millis(1500))).unwrap();
-        assert_eq!(lease.ttl_ms(Duration::from_secs(30)), 1500);
-        assert_eq!(Lease::Watchdog.ttl_ms(Duration::from_secs(30)), 30_000);
     }
 }

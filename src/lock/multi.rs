@@ -232,7 +232,7 @@ impl MultiLock {
         lease: Option<Duration>,
     ) -> Result<Option<MultiGuard>> {
         self.check()?;
-        crate::engine::hold::Lease::new(lease)?;
+        crate::engine::validity::Lease::new(lease)?;
         let mut rounds: u32 = 0;
         loop {
             let mut guards = Vec::with_capacity(self.members.len());

@@ -5,7 +5,7 @@
 //! re-runs its acquire script after a wake-up, so a spurious wake costs one round trip and a lost
 //! one costs latency, never correctness. The one message a waiter acts on without a round trip is
 //! a direct grant (PROTOCOL 8), which the mailbox keeps for it: the waiter checks it against what
-//! its own last attempt asked for, under its field's turn (`engine/acquire/attempt.rs`).
+//! its own last attempt asked for, under its field's turn (`engine/acquire/wait.rs`).
 //!
 //! A channel nobody waits on any more stays subscribed for a short linger period: a holder that
 //! waits again soon (a busy lock, a retry loop) re-takes its live channel without a round trip, and

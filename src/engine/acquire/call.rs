@@ -13,11 +13,12 @@ use crate::conn::subscriber::Subscription;
 use crate::conn::Conn;
 use crate::engine::driver::{Confirm, RunToEnd, WaiterBeat, Work};
 use crate::engine::field::{next_id, FieldTurn, Held, What};
-use crate::engine::hold::{Hold, Lease};
+use crate::engine::hold::Hold;
 use crate::engine::inner::Inner;
 use crate::engine::lane::{Entry, Lane};
 use crate::engine::outage::Outage;
 use crate::engine::release::{release, release_logged};
+use crate::engine::validity::Lease;
 use crate::error::{Error, Result};
 use crate::keys::{Kind, LockSpec};
 use crate::metrics;
@@ -316,8 +317,8 @@ pub(crate) async fn reenter(hold: &Hold, lease: Option<Duration>) -> Result<Opti
 
 // -----------------------------------------------------------------------------------------------
 // The waiter: one call's loop of attempts, sleeps and wake-ups, and what a dropped one leaves
-// to the driver. Its phases live beside it: `attempt.rs` (an attempt, and a grant taken up),
-// `wait.rs`, `outage.rs`.
+// to the driver. An attempt, and how a grant becomes a hold, are below; the waiting phase (with
+// a direct grant's take-up) is `wait.rs`, riding out errors `outage.rs`.
 
 pub(super) struct Waiter {
     pub(super) inner: Arc<Inner>,
@@ -329,7 +330,7 @@ pub(super) struct Waiter {
     pub(super) in_flight: Option<AttemptFuture>,
     /// We may be in the fair queue (set before the first attempt that can enqueue).
     pub(super) queued: bool,
-    /// We are one of the field's `waiting_calls` (see `Account` in `engine/field/account.rs`).
+    /// We are one of the field's `waiting_calls` (see `Account` in `engine/field.rs`).
     pub(super) counted: bool,
     /// No other call of ours waited on the field when we began: any entry of the field in the
     /// queue was left by an ended call, and our attempts drop it before joining, until one of them
@@ -378,7 +379,7 @@ impl Waiter {
         (seen, self.turns.as_ref().map(|s| s.mail().seq()))
     }
 
-    /// The loop of one call: attempt (`attempt.rs`), then take a grant up (also `attempt.rs`) or wait
+    /// The loop of one call: attempt (below), then take a grant up (below) or wait
     /// for a reason to look again (`wait.rs`); transient errors are ridden out (`outage.rs`).
     pub(super) async fn run(&mut self, deadline: Option<Instant>) -> Result<Option<Hold>> {
         let mut closed = self.inner.helds.closed.subscribe();

@@ -3,7 +3,7 @@
 //! after subscribing, so a release in between is not missed); it sleeps until a message, the
 //! hint its attempt gave (the lock's TTL when it is the head: nobody announces an expiry), its
 //! deadline or a shutdown, and takes up a direct grant announced for its last attempt without a
-//! round trip (`attempt.rs`). A writer-preferring read-write waiter whose turn has not come waits
+//! round trip (below). A writer-preferring read-write waiter whose turn has not come waits
 //! on the queue's turns channel instead (PROTOCOL 10).
 
 use std::sync::Arc;

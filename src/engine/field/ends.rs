@@ -1,12 +1,18 @@
 //! How holds leave a field: guards detached, releases and give-ups, replies lost, counts
 //! learned, renewals answered, losses and generations; and the registry's walks over every
-//! field. Methods of the types in `field.rs` (this module is its child, so it writes their
-//! private fields; nothing outside `field` does).
+//! field. Methods of the types in `held.rs`, which are private to `field/`.
 
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::*;
+use super::held::{
+    from_nanos, Account, DeadlineCell, FieldTurn, FixedHold, Held, HeldKey, Helds, HoldRef, Loss,
+    LossLog, Reading, Snapshot, What, SEEN_PASSED,
+};
+use crate::engine::validity::{validity_deadline, LostReason};
+use crate::keys::LockSpec;
+use crate::wire::ReleaseArgs;
 
 impl Held {
     /// A guard made at `epoch` is gone: a loss only it could ask about is forgotten.
@@ -115,7 +121,7 @@ impl Held {
 
     /// The holds of the current generation are gone from Redis without us: start a new
     /// generation and tell its guards.
-    pub(in crate::engine) fn holds_vanished(&self, account: &mut Account, reason: LostReason) {
+    pub(crate) fn holds_vanished(&self, account: &mut Account, reason: LostReason) {
         let had_guards = account.has_guards();
         account.gen += 1;
         account.pending_releases = 0;
@@ -134,7 +140,7 @@ impl Held {
     /// still queued for one of its holds (a guard that detached before everything was released
     /// at once, or before the holds expired) must not take a hold granted later. Live guards of
     /// the generation, if any, are lost.
-    pub(in crate::engine) fn emptied(&self, account: &mut Account, reason: LostReason) {
+    pub(crate) fn emptied(&self, account: &mut Account, reason: LostReason) {
         account.count = 0;
         account.dark = false;
         account.uncertain = 0;
@@ -332,11 +338,7 @@ fn release_ttl_ms(a: &Account, now: Instant) -> i64 {
 }
 
 /// The release arguments for `what`, from the account as of `now`; `None` when there is nothing to send.
-pub(in crate::engine) fn release_plan(
-    a: &Account,
-    what: What,
-    now: Instant,
-) -> Option<ReleaseArgs> {
+pub(crate) fn release_plan(a: &Account, what: What, now: Instant) -> Option<ReleaseArgs> {
     match what {
         What::Guard { gen } if gen != a.gen => None,
         What::Guard { .. } | What::Orphan => {
@@ -511,7 +513,7 @@ impl FieldTurn {
 
 impl LossLog {
     /// A guard made at an epoch that has ended is gone.
-    pub(in crate::engine) fn guard_gone(&mut self, epoch: u64) {
+    pub(crate) fn guard_gone(&mut self, epoch: u64) {
         if let Ok(at) = self.kept.binary_search_by_key(&epoch, |l| l.epoch) {
             self.kept[at].live -= 1;
             if self.kept[at].live == 0 {
@@ -522,13 +524,7 @@ impl LossLog {
 
     /// The current epoch `now`, in which `live` guards still live were made, ends: for
     /// `reason`, trusted until `until`. Returns the next epoch.
-    pub(in crate::engine) fn bump(
-        &mut self,
-        now: u64,
-        live: u32,
-        reason: LostReason,
-        until: Instant,
-    ) -> u64 {
+    pub(crate) fn bump(&mut self, now: u64, live: u32, reason: LostReason, until: Instant) -> u64 {
         if live > 0 {
             self.kept.push(Loss {
                 epoch: now,
@@ -542,7 +538,7 @@ impl LossLog {
 
     /// The loss that ended `epoch`, asked by a live guard made in it (so it is kept; were it
     /// ever missing, the answer is `Gone` as of now: the guard is lost either way).
-    pub(in crate::engine) fn loss(&self, epoch: u64) -> (LostReason, Instant) {
+    pub(crate) fn loss(&self, epoch: u64) -> (LostReason, Instant) {
         match self.kept.binary_search_by_key(&epoch, |l| l.epoch) {
             Ok(at) => (self.kept[at].reason, self.kept[at].until),
             Err(_) => (LostReason::Gone, Instant::now()),
@@ -553,7 +549,7 @@ impl LossLog {
 impl DeadlineCell {
     /// For a reader that found `seen` passed: marks it so in the cell. `false` when the cell no
     /// longer holds `seen` (read again).
-    pub(in crate::engine) fn mark_seen(&self, seen: Snapshot) -> bool {
+    pub(crate) fn mark_seen(&self, seen: Snapshot) -> bool {
         seen.0 & SEEN_PASSED != 0
             || self
                 .0
@@ -568,7 +564,7 @@ impl DeadlineCell {
 
     /// For the mover, once the guards that could have seen the old deadline are marked lost
     /// (their epoch has ended): stores `next` whatever the cell holds.
-    pub(in crate::engine) fn set(&self, next: Option<Instant>) {
+    pub(crate) fn set(&self, next: Option<Instant>) {
         self.0.store(Self::raw(next), Ordering::Release);
     }
 }

@@ -1,7 +1,7 @@
-//! Unit tests of the field (`field.rs`): the account, the registry and the losses.
+//! Unit tests of the field (`held.rs`, `ends.rs`): the account, the registry and the losses.
 
 mod held {
-    use super::super::*;
+    use super::super::held::*;
 
     /// A held lock costs its client about 1 KiB (benches/watchdog_scale.rs); `Held` is the
     /// largest part of it. Its `Arc` allocation (two counts + `Held`) must stay within 272
@@ -24,7 +24,8 @@ mod held {
 
 mod account {
     use super::super::ends::release_plan;
-    use super::super::*;
+    use super::super::held::*;
+    use std::time::{Duration, Instant};
 
     #[test]
     fn validity_is_the_longest_need_of_the_live_holds() {
@@ -167,7 +168,9 @@ mod account {
 }
 
 mod losses {
-    use super::super::*;
+    use super::super::held::*;
+    use crate::error::LostReason;
+    use std::time::{Duration, Instant};
 
     #[test]
     fn a_deadline_found_passed_is_never_moved_on_unseen() {
@@ -238,5 +241,20 @@ mod losses {
         log.guard_gone(b);
         assert!(log.kept.is_empty());
         assert!(epoch > c);
+    }
+}
+
+mod lease {
+    use crate::engine::validity::Lease;
+    use std::time::Duration;
+
+    #[test]
+    fn a_fixed_lease_is_checked_where_it_enters() {
+        assert_eq!(Lease::new(None).unwrap(), Lease::Watchdog);
+        assert!(Lease::new(Some(Duration::from_millis(2))).is_err());
+        assert!(Lease::new(Some(crate::config::MAX_DURATION * 2)).is_err());
+        let lease = Lease::new(Some(Duration::from_millis(1500))).unwrap();
+        assert_eq!(lease.ttl_ms(Duration::from_secs(30)), 1500);
+        assert_eq!(Lease::Watchdog.ttl_ms(Duration::from_secs(30)), 30_000);
     }
 }

@@ -1,52 +1,5 @@
-//! What a client knows about one lock and one of its owner fields (`<client uuid>:<holder id>`):
-//! the order of its operations on Redis, how many holds Redis has for the field, which local
-//! guards those holds belong to, until when they can be trusted, and who must be told when they
-//! cannot.
-//!
-//! # The ordering rule
-//!
-//! Every operation that changes what Redis holds for the field (an acquire attempt, a release, a
-//! give-up, settling an attempt whose caller left, the release at shutdown) runs with the turn of
-//! the field's [`Lane`], one at a time, in the order the client issued them. A dropped guard or
-//! waiting future takes its place in that order **synchronously, in `Drop`**, even though its
-//! work runs later in the background; so `drop(guard); lock.lock().await` reaches Redis exactly as
-//! `guard.unlock().await; lock.lock().await` does, on any runtime flavour, and a cancelled wait
-//! leaves the queue before the same holder's next attempt joins it again.
-//!
-//! # The count
-//!
-//! Because nothing else of ours runs on the field between two operations, the hold count every
-//! script replies with is the truth until the next one ([`Account::count`]). Each script is a
-//! compare-and-set on that count (`lua/*acquire.lua`, `lua/*unlock.lua`): an attempt whose reply
-//! was lost is taken up by the next attempt instead of adding a second hold, and a release sent
-//! twice releases once. When Redis shows fewer holds than we count (the lock expired, was
-//! force-unlocked or lost in a failover), the holds of that generation are gone: the
-//! generation changes and its guards never send a release that could eat a newer hold.
-//!
-//! # Holds with different leases
-//!
-//! One rule for every mix of watchdog and fixed-lease holds of one holder on one lock: the lock
-//! lives as long as the longest live hold needs it (acquisitions and renewals never shorten its
-//! TTL; the last of the releases waiting in its line sets it to what the remaining holds need),
-//! the watchdog renews it while any watchdog hold lives, and the holds share one fate: every
-//! guard's `lost()` resolves when the lock can no longer be trusted for the holds that are live,
-//! at the latest when the longest of them runs out. When the last local guard goes, every hold of the field is released (orphans of lost
-//! replies included), so the lock is free.
-//!
-//! This module must never: send a release for a hold of an older generation, let a release or
-//! give-up queued by `Drop` run after an operation its task issued later, or move a validity
-//! deadline past a moment at which the guards were already lost without marking them lost first.
-//! The last is kept by the deadline's cell (`losses.rs`), not by timing: a guard that finds the
-//! deadline passed marks it so in the cell, a move replaces only the value it read, and a guard
-//! is registered (check, new deadline, epoch) in one step under the lane's mutex at one instant.
-//!
-//! # Where things are
-//!
-//! This file is the field, whole: [`Held`] (one lock and owner field, with its account in its
-//! lane) and the client's registry of them ([`Helds`]); the account and the events that are
-//! its only writers; and the losses live guards may ask about, with the validity deadline's
-//! cell. Its unit tests are in `field/tests.rs`.
-
+//! The field's data and how calls and grants enter it (see the module documentation of
+//! `field/`).
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::num::NonZeroU64;
@@ -56,13 +9,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{watch, Notify};
 
-use crate::engine::hold::Lease;
 use crate::engine::inner::Inner;
 use crate::engine::lane::{Lane, LaneOwner, Turn};
-use crate::engine::validity::{validity_deadline, LostReason};
+use crate::engine::validity::{validity_deadline, Lease, LostReason};
 use crate::error::{Error, Result};
 use crate::keys::LockSpec;
-use crate::wire::ReleaseArgs;
 
 // ===============================================================================================
 // The field and the registry of fields.
@@ -87,17 +38,17 @@ pub(crate) struct Held {
     pub(crate) field: Arc<str>,
     pub(crate) lane: Lane<Held>,
     /// Bumped each time the live holds are lost; a guard made before a bump is lost.
-    epoch: AtomicU64,
+    pub(super) epoch: AtomicU64,
     /// Why and until when each loss that a live guard may still ask about (see [`LossLog`]).
     losses: Mutex<LossLog>,
     /// Live guards made at the current epoch (changed only under `losses`' lock).
-    live_now: std::sync::atomic::AtomicU32,
+    pub(super) live_now: std::sync::atomic::AtomicU32,
     /// Wakes `lost()` futures on every bump and every change of the validity deadline.
-    notify: Notify,
+    pub(super) notify: Notify,
     /// The validity deadline of the live holds (unset: none).
-    valid_until: DeadlineCell,
+    pub(super) valid_until: DeadlineCell,
     /// The watchdog, not a fixed lease, sets `valid_until`.
-    valid_by_watchdog: AtomicBool,
+    pub(super) valid_by_watchdog: AtomicBool,
     /// The last lapsed deadline marked lost ([`to_nanos`]; 0: none), so one lapse is marked once.
     lapse_marked: AtomicU64,
     /// [`PER_CALL`] and [`EXPOSED`]: whether the holder id may be reused when this is dropped;
@@ -165,7 +116,7 @@ impl Held {
         self.epoch.load(Ordering::Acquire)
     }
 
-    fn losses(&self) -> MutexGuard<'_, LossLog> {
+    pub(super) fn losses(&self) -> MutexGuard<'_, LossLog> {
         self.losses.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -278,9 +229,9 @@ impl LaneOwner for Held {
 /// Registry key of a field: (name, field), whatever the kind (see [`Helds::get`]). It shares the spec and field rather than copying
 /// the name.
 #[derive(Debug, Clone)]
-struct HeldKey {
-    spec: Arc<LockSpec>,
-    field: Arc<str>,
+pub(super) struct HeldKey {
+    pub(super) spec: Arc<LockSpec>,
+    pub(super) field: Arc<str>,
 }
 
 impl PartialEq for HeldKey {
@@ -417,7 +368,7 @@ impl Helds {
         idle.total += 1;
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<HeldKey, Weak<Held>>> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<HeldKey, Weak<Held>>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -481,7 +432,7 @@ impl Helds {
 // What one lock and owner field holds, as a client counts it: the account (pure data, no I/O),
 // what a release of it asks for, the fixed-lease holds among its guards, and the events that
 // change it (below), which nothing else does: the account's fields are private to `field/`,
-// and outside this file only `Held`'s generation events (`held.rs`) write them.
+// and besides them only `Held`'s generation events (`field/ends.rs`) write them.
 
 /// What one field holds, kept in its lane. Its fields are private to `field/`: the turn's
 /// events (`Turn<Held>`, below) are the only way to change `count`, `uncertain`,
@@ -612,7 +563,7 @@ pub(crate) enum What {
 /// Which of the account's holds a guard has: the watchdog's, or a fixed lease with the id of its
 /// entry in the account (one word either way).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HoldRef(Option<NonZeroU64>);
+pub(crate) struct HoldRef(pub(super) Option<NonZeroU64>);
 
 impl HoldRef {
     /// A hold renewed by the watchdog.
@@ -634,7 +585,7 @@ pub(crate) struct Registered {
 }
 
 impl FieldTurn {
-    fn held(&self) -> &Held {
+    pub(super) fn held(&self) -> &Held {
         self.owner()
     }
 
@@ -771,14 +722,14 @@ pub(super) fn from_nanos(nanos: u64) -> Instant {
 /// ([`DeadlineCell::replace`]): a mark put in between makes it fail, and the mover then treats
 /// the deadline as passed.
 #[derive(Debug, Default)]
-pub(super) struct DeadlineCell(AtomicU64);
+pub(super) struct DeadlineCell(pub(super) AtomicU64);
 
 /// The top bit of a [`DeadlineCell`]: a reader found the deadline passed.
-const SEEN_PASSED: u64 = 1 << 63;
+pub(super) const SEEN_PASSED: u64 = 1 << 63;
 
 /// One reading of a [`DeadlineCell`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Snapshot(u64);
+pub(super) struct Snapshot(pub(super) u64);
 
 /// What a [`Snapshot`] says as of some instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -822,7 +773,7 @@ impl DeadlineCell {
             .is_ok()
     }
 
-    fn raw(next: Option<Instant>) -> u64 {
+    pub(super) fn raw(next: Option<Instant>) -> u64 {
         next.map_or(0, to_nanos)
     }
 }
@@ -830,11 +781,11 @@ impl DeadlineCell {
 /// One bump of a field's loss epoch: the epoch it ended, why, until when the holds could be
 /// trusted, and how many live guards were made in that epoch (the only ones that may ask).
 #[derive(Debug, Clone, Copy)]
-struct Loss {
-    epoch: u64,
-    reason: LostReason,
-    until: Instant,
-    live: u32,
+pub(super) struct Loss {
+    pub(super) epoch: u64,
+    pub(super) reason: LostReason,
+    pub(super) until: Instant,
+    pub(super) live: u32,
 }
 
 /// The losses of a field that live guards may still ask about.
@@ -850,7 +801,7 @@ struct Loss {
 #[derive(Debug, Default)]
 pub(super) struct LossLog {
     /// By epoch, ascending.
-    kept: Vec<Loss>,
+    pub(super) kept: Vec<Loss>,
 }
 
 impl LossLog {}
@@ -862,7 +813,3 @@ pub(crate) fn mint_holder_id() -> i64 {
     static NEXT_MINTED: AtomicI64 = AtomicI64::new(-1);
     NEXT_MINTED.fetch_sub(1, Ordering::Relaxed)
 }
-
-mod ends;
-#[cfg(test)]
-mod tests;
