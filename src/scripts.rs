@@ -1,5 +1,6 @@
 //! The Lua scripts, one per operation (shared prologues joined in front at compile time), compiled
-//! in from `lua/` and called as `EVALSHA` through an [`Invocation`]. A `NOSCRIPT` reply (after
+//! in from `lua/`, kept as plain data ([`Lua`]: source and hash) and called as `EVALSHA` by the
+//! command connection (`conn::ScriptCall`). A `NOSCRIPT` reply (after
 //! `SCRIPT FLUSH`, a restart or a failover to a node that never ran the script) is answered by
 //! the connection layer with the same call as `EVAL` of the script's source
 //! ([`eval_instead`]), on the node that owns the keys, which also caches the script there.
@@ -8,8 +9,7 @@
 
 use std::sync::LazyLock;
 
-use redis::aio::ConnectionLike;
-use redis::{Cmd, FromRedisValue, RedisResult, Script, ToRedisArgs};
+use redis::Script;
 
 /// The shared fair-lock prologue (`lua/fair_prologue.lua`): local helpers only.
 const FAIR_PROLOGUE: &str = include_str!("../lua/fair_prologue.lua");
@@ -48,102 +48,12 @@ fn with_prologue(file: &str) -> String {
     }
 }
 
-/// One script: its source (assembled on first use) and the [`Script`] (hash computed on first
-/// use). Calls are built with [`key`](Self::key) or [`prepare_invoke`](Self::prepare_invoke).
+/// One script, as plain data: its source (assembled on first use) and the [`Script`] (hash
+/// computed on first use). A call of it is built and sent by the command connection
+/// (`conn::ScriptCall`: one `EVALSHA`, `NOSCRIPT` answered with `EVAL`).
 pub(crate) struct Lua {
-    source: LazyLock<String, fn() -> String>,
-    script: LazyLock<Script, fn() -> Script>,
-}
-
-impl Lua {
-    /// The script's SHA-1, as `EVALSHA` takes it.
-    pub(crate) fn get_hash(&self) -> &str {
-        self.script.get_hash()
-    }
-
-    /// A call of this script with no keys or arguments yet.
-    pub(crate) fn prepare_invoke(&self) -> Invocation<'_> {
-        Invocation {
-            lua: self,
-            keys: Cmd::with_capacity(8, 512),
-            args: Cmd::with_capacity(16, 256),
-        }
-    }
-
-    /// A call of this script, its first key given.
-    pub(crate) fn key<T: ToRedisArgs>(&self, key: T) -> Invocation<'_> {
-        let mut call = self.prepare_invoke();
-        call.key(key);
-        call
-    }
-}
-
-/// One call of a script being built: its keys (`KEYS`) and arguments (`ARGV`), each list written
-/// into one buffer as it is given, then sent as one `EVALSHA`. (`redis::ScriptInvocation` keeps
-/// every key and argument in a buffer of its own and copies them into the command: about 20
-/// allocations per call of the fair scripts, which this avoids.)
-pub(crate) struct Invocation<'a> {
-    lua: &'a Lua,
-    /// Used as buffers only: never sent themselves.
-    keys: Cmd,
-    args: Cmd,
-}
-
-impl Invocation<'_> {
-    /// Adds a key (`KEYS[i]`).
-    pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
-        self.keys.arg(key);
-        self
-    }
-
-    /// Adds an argument (`ARGV[i]`).
-    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
-        self.args.arg(arg);
-        self
-    }
-
-    /// The call as one `EVALSHA` command.
-    pub(crate) fn eval_cmd(&self) -> Cmd {
-        let parts = || self.keys.args_iter().chain(self.args.args_iter());
-        let bytes: usize = parts()
-            .map(|a| match a {
-                redis::Arg::Simple(b) => b.len(),
-                _ => 0,
-            })
-            .sum();
-        let mut cmd = Cmd::with_capacity(
-            3 + self.keys.args_iter().len() + self.args.args_iter().len(),
-            bytes + 64,
-        );
-        cmd.arg("EVALSHA")
-            .arg(self.lua.get_hash())
-            .arg(self.keys.args_iter().len());
-        for part in parts() {
-            if let redis::Arg::Simple(b) = part {
-                cmd.arg(b);
-            }
-        }
-        cmd
-    }
-
-    /// Sends the call. On our connection a `NOSCRIPT` never reaches here (the connection sends
-    /// the call again as `EVAL`: [`eval_instead`]); on any other connection it is answered the
-    /// same way here.
-    pub(crate) async fn invoke_async<T: FromRedisValue>(
-        &self,
-        conn: &mut impl ConnectionLike,
-    ) -> RedisResult<T> {
-        let cmd = self.eval_cmd();
-        match cmd.query_async(conn).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                match eval_instead(&cmd) {
-                    Some(eval) => eval.query_async(conn).await,
-                    None => Err(e),
-                }
-            }
-            reply => reply,
-        }
-    }
+    pub(crate) source: LazyLock<String, fn() -> String>,
+    pub(crate) script: LazyLock<Script, fn() -> Script>,
 }
 
 /// Declares the scripts as `Lua` statics (`fair "file"`: with the count helpers in front and the
@@ -251,7 +161,9 @@ pub(crate) fn eval_instead(cmd: &redis::Cmd) -> Option<redis::Cmd> {
     if !name.eq_ignore_ascii_case(b"EVALSHA") {
         return None;
     }
-    let lua = ALL.iter().find(|l| l.get_hash().as_bytes() == hash)?;
+    let lua = ALL
+        .iter()
+        .find(|l| l.script.get_hash().as_bytes() == hash)?;
     let mut eval = redis::cmd("EVAL");
     eval.arg(lua.source.as_str());
     for arg in args {
@@ -281,7 +193,7 @@ mod tests {
         for lua in ALL {
             let mut evalsha = redis::cmd("EVALSHA");
             evalsha
-                .arg(lua.get_hash())
+                .arg(lua.script.get_hash())
                 .arg(2)
                 .arg("k1")
                 .arg("k2")
@@ -298,41 +210,9 @@ mod tests {
                 vec![b"EVAL", lua.source.as_bytes(), b"2", b"k1", b"k2", b"30000"];
             assert_eq!(args, expected);
         }
-        let names: std::collections::HashSet<&str> = ALL.iter().map(|l| l.get_hash()).collect();
+        let names: std::collections::HashSet<&str> =
+            ALL.iter().map(|l| l.script.get_hash()).collect();
         assert_eq!(names.len(), ALL.len(), "two scripts share a hash");
-    }
-
-    #[test]
-    fn an_invocation_is_one_evalsha_with_its_keys_counted_then_its_arguments() {
-        let mut call = FAIR_ACQUIRE.key("k1");
-        call.arg(30_000)
-            .key("k2")
-            .arg("field")
-            .arg(&["a", "b"][..])
-            .key(&["k3"][..]);
-        let args: Vec<Vec<u8>> = call
-            .eval_cmd()
-            .args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(b) => b.to_vec(),
-                _ => panic!("cursor argument"),
-            })
-            .collect();
-        let expected: Vec<&[u8]> = vec![
-            b"EVALSHA",
-            FAIR_ACQUIRE.get_hash().as_bytes(),
-            b"3",
-            b"k1",
-            b"k2",
-            b"k3",
-            b"30000",
-            b"field",
-            b"a",
-            b"b",
-        ];
-        assert_eq!(args, expected);
-        let none = RENEW.prepare_invoke().eval_cmd();
-        assert_eq!(none.args_iter().count(), 3, "EVALSHA, the hash and 0 keys");
     }
 
     #[test]
@@ -340,7 +220,12 @@ mod tests {
         assert!(eval_instead(redis::cmd("GET").arg("k")).is_none());
         assert!(eval_instead(redis::cmd("EVALSHA").arg("0".repeat(40)).arg(0)).is_none());
         let mut pipe = redis::pipe();
-        pipe.add_command(redis::cmd("EVALSHA").arg(RENEW.get_hash()).arg(0).clone());
+        pipe.add_command(
+            redis::cmd("EVALSHA")
+                .arg(RENEW.script.get_hash())
+                .arg(0)
+                .clone(),
+        );
         assert_eq!(eval_pipeline(&pipe).unwrap().cmd_iter().count(), 1);
         pipe.add_command(redis::cmd("GET").arg("k").clone());
         assert!(eval_pipeline(&pipe).is_none());

@@ -15,12 +15,13 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 #[cfg(feature = "cluster")]
 use redis::PushInfo;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, ToRedisArgs, Value};
 #[cfg(feature = "cluster")]
 use tokio::sync::mpsc;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 #[cfg(feature = "cluster")]
@@ -30,6 +31,7 @@ use crate::conn::names::{self, KeepNames};
 #[cfg(feature = "sentinel")]
 use crate::conn::sentinel::SentinelMaster;
 use crate::error::{timed_out, Result};
+use crate::scripts::Lua;
 
 /// A cheap-to-clone handle on the client's command connection.
 #[derive(Clone)]
@@ -333,6 +335,113 @@ impl Conn {
     }
 }
 
+/// How a call of one of the library's scripts ([`Lua`]) is built: its keys and arguments are
+/// written into two buffers as they are given, then sent as one `EVALSHA` ([`Invocation`]).
+pub(crate) trait ScriptCall {
+    /// A call of this script with no keys or arguments yet.
+    fn prepare_invoke(&self) -> Invocation<'_>;
+
+    /// A call of this script, its first key given.
+    fn key<T: ToRedisArgs>(&self, key: T) -> Invocation<'_>;
+
+    /// A call of this script whose keys are `keys`, a list built once (the keys of a lock's
+    /// acquire script, kept by its spec): nothing is copied until the call is sent.
+    fn with_keys<'a>(&'a self, keys: &'a Cmd) -> Invocation<'a>;
+}
+
+impl ScriptCall for Lua {
+    fn prepare_invoke(&self) -> Invocation<'_> {
+        Invocation {
+            lua: self,
+            keys: Cow::Owned(Cmd::with_capacity(8, 512)),
+            args: Cmd::with_capacity(16, 256),
+        }
+    }
+
+    fn key<T: ToRedisArgs>(&self, key: T) -> Invocation<'_> {
+        let mut call = self.prepare_invoke();
+        call.key(key);
+        call
+    }
+
+    fn with_keys<'a>(&'a self, keys: &'a Cmd) -> Invocation<'a> {
+        Invocation {
+            lua: self,
+            keys: Cow::Borrowed(keys),
+            args: Cmd::with_capacity(16, 256),
+        }
+    }
+}
+
+/// One call of a script being built: its keys (`KEYS`) and arguments (`ARGV`), each list written
+/// into one buffer as it is given, then sent as one `EVALSHA`. (`redis::ScriptInvocation` keeps
+/// every key and argument in a buffer of its own and copies them into the command: about 20
+/// allocations per call of the fair scripts, which this avoids.)
+pub(crate) struct Invocation<'a> {
+    lua: &'a Lua,
+    /// Used as buffers only: never sent themselves. The keys may be a list built once and
+    /// lent to every call ([`ScriptCall::with_keys`]).
+    keys: Cow<'a, Cmd>,
+    args: Cmd,
+}
+
+impl Invocation<'_> {
+    /// Adds a key (`KEYS[i]`).
+    pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        self.keys.to_mut().arg(key);
+        self
+    }
+
+    /// Adds an argument (`ARGV[i]`).
+    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        self.args.arg(arg);
+        self
+    }
+
+    /// The call as one `EVALSHA` command.
+    pub(crate) fn eval_cmd(&self) -> Cmd {
+        let parts = || self.keys.args_iter().chain(self.args.args_iter());
+        let bytes: usize = parts()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.len(),
+                _ => 0,
+            })
+            .sum();
+        let mut cmd = Cmd::with_capacity(
+            3 + self.keys.args_iter().len() + self.args.args_iter().len(),
+            bytes + 64,
+        );
+        cmd.arg("EVALSHA")
+            .arg(self.lua.script.get_hash())
+            .arg(self.keys.args_iter().len());
+        for part in parts() {
+            if let redis::Arg::Simple(b) = part {
+                cmd.arg(b);
+            }
+        }
+        cmd
+    }
+
+    /// Sends the call. On our connection a `NOSCRIPT` never reaches here (the connection sends
+    /// the call again as `EVAL`: [`eval_instead`](crate::scripts::eval_instead)); on any other connection it is answered the
+    /// same way here.
+    pub(crate) async fn invoke_async<T: FromRedisValue>(
+        &self,
+        conn: &mut impl ConnectionLike,
+    ) -> RedisResult<T> {
+        let cmd = self.eval_cmd();
+        match cmd.query_async(conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                match crate::scripts::eval_instead(&cmd) {
+                    Some(eval) => eval.query_async(conn).await,
+                    None => Err(e),
+                }
+            }
+            reply => reply,
+        }
+    }
+}
+
 fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
@@ -401,5 +510,44 @@ impl ConnectionLike for Conn {
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => c.get_db(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scripts::{FAIR_ACQUIRE, RENEW};
+
+    #[test]
+    fn an_invocation_is_one_evalsha_with_its_keys_counted_then_its_arguments() {
+        let mut call = FAIR_ACQUIRE.key("k1");
+        call.arg(30_000)
+            .key("k2")
+            .arg("field")
+            .arg(&["a", "b"][..])
+            .key(&["k3"][..]);
+        let args: Vec<Vec<u8>> = call
+            .eval_cmd()
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => panic!("cursor argument"),
+            })
+            .collect();
+        let expected: Vec<&[u8]> = vec![
+            b"EVALSHA",
+            FAIR_ACQUIRE.script.get_hash().as_bytes(),
+            b"3",
+            b"k1",
+            b"k2",
+            b"k3",
+            b"30000",
+            b"field",
+            b"a",
+            b"b",
+        ];
+        assert_eq!(args, expected);
+        let none = RENEW.prepare_invoke().eval_cmd();
+        assert_eq!(none.args_iter().count(), 3, "EVALSHA, the hash and 0 keys");
     }
 }

@@ -10,4 +10,4 @@ pub(crate) mod subscriber;
 
 #[cfg(feature = "cluster")]
 pub(crate) use command::Pushes;
-pub(crate) use command::{Conn, PubSubLink};
+pub(crate) use command::{Conn, PubSubLink, ScriptCall};

@@ -5,6 +5,7 @@
 use redis::aio::ConnectionLike;
 use redis::FromRedisValue;
 
+use crate::conn::ScriptCall;
 use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::scripts;

@@ -16,7 +16,7 @@ use crate::util::join_all;
 /// An `EVALSHA` of `script` with `keys` keys; the caller adds the keys, then the arguments.
 fn evalsha(script: &scripts::Lua, keys: usize) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys);
+    cmd.arg(script.script.get_hash()).arg(keys);
     cmd
 }
 

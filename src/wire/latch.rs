@@ -3,7 +3,7 @@
 //! ([`semaphore::count`](super::semaphore::count)); the count-down is a marked write
 //! ([`marked`](super::marked)).
 
-use crate::conn::Conn;
+use crate::conn::{Conn, ScriptCall};
 use crate::error::Result;
 use crate::scripts;
 

@@ -25,7 +25,7 @@ pub(crate) use lock::{
     state, unlock, AcquireArgs, Attempt, Mode, QueuePlace, ReleaseArgs, Released, Unlocked,
 };
 
-use crate::conn::Conn;
+use crate::conn::{Conn, ScriptCall};
 use crate::error::Result;
 use crate::scripts;
 

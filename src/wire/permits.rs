@@ -3,7 +3,7 @@
 //! raw 16-byte id sent as an argument of its own. The watchdog's renewals are batched in
 //! `wire/batch.rs`.
 
-use crate::conn::Conn;
+use crate::conn::{Conn, ScriptCall};
 use crate::error::Result;
 use crate::scripts;
 

@@ -2,7 +2,7 @@
 //! (`lua/semaphore_*.lua`) and the plain reads of its count. The marked writes (acquire's
 //! give-back, release, add) go through [`marked`](super::marked).
 
-use crate::conn::Conn;
+use crate::conn::{Conn, ScriptCall};
 use crate::error::Result;
 use crate::scripts;
 
