@@ -183,16 +183,17 @@ end
 -- (`unmarked_in_queue`, O(queue), whose cost on small sets grows with the square of the queue).
 local function joining_deadline(name, queue, deadlines, liveness, field, window, redisson_wait,
     at_head)
-  local ahead = not at_head and redis.call('LLEN', queue) or 0
-  if ahead == 0 then
+  -- The tail alone tells an empty queue (no tail); the length is read only for the count.
+  local tail = not at_head and redis.call('LINDEX', queue, -1)
+  if not tail then
     return server_now_ms() + window
   end
-  local tail = redis.call('LINDEX', queue, -1)
-  local score = tail and tail ~= field and redis.call('ZSCORE', deadlines, tail)
+  local score = tail ~= field and redis.call('ZSCORE', deadlines, tail)
   local mark = score and redis.call('ZSCORE', liveness, tail)
   if mark and tonumber(score) <= tonumber(mark) then
     return server_now_ms() + window
   end
+  local ahead = redis.call('LLEN', queue)
   local redisson_ahead = unmarked_in_queue(queue, deadlines, liveness, ahead)
   local deadline = server_now_ms() + window + redisson_ahead * redisson_wait
   if redisson_ahead > 0 and score then

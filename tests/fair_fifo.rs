@@ -482,6 +482,12 @@ async fn a_join_behind_a_held_lock_never_reads_the_head() {
         );
         assert_eq!(count("\"ZSCORE\""), 3, "{ran:#?}");
         assert_eq!(count("\"RPUSH\""), 1, "{ran:#?}");
+        // Behind fairlock waiters alone the tail answers everything: no length is read.
+        assert_eq!(
+            count("\"LLEN\""),
+            0,
+            "a join behind fairlock waiters reads no length: {ran:#?}"
+        );
     }
     held.unlock().await.unwrap();
     for t in tasks {
