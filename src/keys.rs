@@ -22,7 +22,7 @@
 //! refuses names whose derived keys would land elsewhere than the name.
 
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
@@ -721,9 +721,6 @@ pub(crate) struct LockSpec {
     /// A side of a read-write lock whose waiters queue in arrival order, writers first
     /// (`ReadWriteLock::writer_preferring`, PROTOCOL 10).
     pub(crate) prefer_writers: bool,
-    /// The keys of this lock's acquire script, written once on the first attempt and lent to
-    /// every later one (`wire::lock::acquire`).
-    pub(crate) acquire_keys: OnceLock<redis::Cmd>,
 }
 
 impl LockSpec {
@@ -732,7 +729,6 @@ impl LockSpec {
             kind,
             keys: LockKeys::new(name),
             prefer_writers: false,
-            acquire_keys: OnceLock::new(),
         })
     }
 
@@ -742,7 +738,6 @@ impl LockSpec {
             kind,
             keys: LockKeys::new(name),
             prefer_writers: prefer_writers && kind.is_rw(),
-            acquire_keys: OnceLock::new(),
         })
     }
 

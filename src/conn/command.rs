@@ -21,7 +21,6 @@ use tokio::sync::mpsc;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 #[cfg(feature = "cluster")]
@@ -343,17 +342,13 @@ pub(crate) trait ScriptCall {
 
     /// A call of this script, its first key given.
     fn key<T: ToRedisArgs>(&self, key: T) -> Invocation<'_>;
-
-    /// A call of this script whose keys are `keys`, a list built once (the keys of a lock's
-    /// acquire script, kept by its spec): nothing is copied until the call is sent.
-    fn with_keys<'a>(&'a self, keys: &'a Cmd) -> Invocation<'a>;
 }
 
 impl ScriptCall for Lua {
     fn prepare_invoke(&self) -> Invocation<'_> {
         Invocation {
             lua: self,
-            keys: Cow::Owned(Cmd::with_capacity(8, 512)),
+            keys: Cmd::with_capacity(8, 512),
             args: Cmd::with_capacity(16, 256),
         }
     }
@@ -363,14 +358,6 @@ impl ScriptCall for Lua {
         call.key(key);
         call
     }
-
-    fn with_keys<'a>(&'a self, keys: &'a Cmd) -> Invocation<'a> {
-        Invocation {
-            lua: self,
-            keys: Cow::Borrowed(keys),
-            args: Cmd::with_capacity(16, 256),
-        }
-    }
 }
 
 /// One call of a script being built: its keys (`KEYS`) and arguments (`ARGV`), each list written
@@ -379,16 +366,15 @@ impl ScriptCall for Lua {
 /// allocations per call of the fair scripts, which this avoids.)
 pub(crate) struct Invocation<'a> {
     lua: &'a Lua,
-    /// Used as buffers only: never sent themselves. The keys may be a list built once and
-    /// lent to every call ([`ScriptCall::with_keys`]).
-    keys: Cow<'a, Cmd>,
+    /// Used as buffers only: never sent themselves.
+    keys: Cmd,
     args: Cmd,
 }
 
 impl Invocation<'_> {
     /// Adds a key (`KEYS[i]`).
     pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
-        self.keys.to_mut().arg(key);
+        self.keys.arg(key);
         self
     }
 

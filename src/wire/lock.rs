@@ -144,44 +144,6 @@ pub(crate) struct AcquireArgs {
     pub(crate) grant_ttl_ms: i64,
 }
 
-/// The keys of `spec`'s acquire script (`KEYS`, in the order the script reads them), written on
-/// the first attempt of the spec and lent to every later one: an attempt writes only its
-/// arguments.
-fn acquire_keys(spec: &LockSpec) -> &redis::Cmd {
-    spec.acquire_keys.get_or_init(|| {
-        let keys = &spec.keys;
-        let mut list = redis::Cmd::with_capacity(6, 256);
-        match spec.kind {
-            Kind::Fair => {
-                list.arg(keys.name())
-                    .arg(keys.queue())
-                    .arg(keys.deadlines())
-                    .arg(keys.liveness())
-                    .arg(keys.token())
-                    .arg(keys.grants());
-            }
-            Kind::NonFair => {
-                list.arg(keys.name()).arg(keys.token());
-            }
-            Kind::Read | Kind::Write => {
-                let [queue, writers, live, seq] = keys.rw_queue_keys();
-                let second = if spec.kind == Kind::Read {
-                    keys.lease_base()
-                } else {
-                    keys.token()
-                };
-                list.arg(keys.name())
-                    .arg(second)
-                    .arg(queue)
-                    .arg(writers)
-                    .arg(live)
-                    .arg(seq);
-            }
-        }
-        list
-    })
-}
-
 /// Runs one acquire attempt; `expected` is the hold count we believe Redis has for the field.
 /// `drop_stale` (fair locks): first take the field out of the queue wherever an ended call of
 /// it was left (a give-up that failed or never ran).
@@ -197,7 +159,12 @@ pub(crate) async fn acquire(
     let reply: Vec<i64> = match args.spec.kind {
         Kind::Fair => {
             scripts::FAIR_ACQUIRE
-                .with_keys(acquire_keys(&args.spec))
+                .key(keys.name())
+                .key(keys.queue())
+                .key(keys.deadlines())
+                .key(keys.liveness())
+                .key(keys.token())
+                .key(keys.grants())
                 .arg(args.lease_ms)
                 .arg(&*args.field)
                 .arg(expected)
@@ -219,7 +186,8 @@ pub(crate) async fn acquire(
         }
         Kind::NonFair => {
             scripts::LOCK_ACQUIRE
-                .with_keys(acquire_keys(&args.spec))
+                .key(keys.name())
+                .key(keys.token())
                 .arg(args.lease_ms)
                 .arg(&*args.field)
                 .arg(expected)
@@ -228,8 +196,14 @@ pub(crate) async fn acquire(
                 .await?
         }
         Kind::Read => {
+            let [queue, writers, live, seq] = keys.rw_queue_keys();
             scripts::RW_READ_ACQUIRE
-                .with_keys(acquire_keys(&args.spec))
+                .key(keys.name())
+                .key(keys.lease_base())
+                .key(queue)
+                .key(writers)
+                .key(live)
+                .key(seq)
                 .arg(args.lease_ms)
                 .arg(&*args.field)
                 .arg(expected)
@@ -243,8 +217,14 @@ pub(crate) async fn acquire(
                 .await?
         }
         Kind::Write => {
+            let [queue, writers, live, seq] = keys.rw_queue_keys();
             scripts::RW_WRITE_ACQUIRE
-                .with_keys(acquire_keys(&args.spec))
+                .key(keys.name())
+                .key(keys.token())
+                .key(queue)
+                .key(writers)
+                .key(live)
+                .key(seq)
                 .arg(args.lease_ms)
                 .arg(&*args.field)
                 .arg(expected)
