@@ -104,6 +104,10 @@ async fn fair_waiters_are_served_in_order_on_every_master_with_auto_pubsub() {
             .lindex(format!("redisson_lock_queue:{{{name}}}"), 0)
             .unwrap();
         let channel = format!("redisson_lock__channel:{{{name}}}:{head}");
+        // (The head subscribes after it joined: wait for it, then check where it listens.)
+        wait_until(Duration::from_secs(10), "the head subscribed", || {
+            cluster.channel_subscribers(&channel) != (0, 0)
+        });
         assert_eq!(
             cluster.channel_subscribers(&channel),
             RedisCluster::one_auto_subscriber(),

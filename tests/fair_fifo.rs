@@ -122,6 +122,7 @@ async fn a_cancelled_head_of_a_free_lock_wakes_the_next_waiter() {
     };
     let a = build().await.unwrap();
     let b = build().await.unwrap();
+    let monitor = support::Monitor::start(server.port());
     // A foreign (Redisson-style) head that is alive but slow sits in front of a free lock...
     let foreign = "11111111-2222-3333-4444-555555555555:9";
     let (secs, _): (i64, i64) = redis::cmd("TIME").query(&mut raw).unwrap();
@@ -135,6 +136,14 @@ async fn a_cancelled_head_of_a_free_lock_wakes_the_next_waiter() {
     wait_until(Duration::from_secs(10), "A queued", || {
         queue_len(&mut raw, "gap") == 2
     });
+    // A sleeps once the attempt it sends after subscribing has run (still behind the foreign
+    // head); the head must not leave before that, or that attempt would take the free lock.
+    let a_field: String = raw.lindex("redisson_lock_queue:{gap}", 1).unwrap();
+    monitor.wait_for_after(
+        0,
+        &[&format!("\"{a_field}\""), "\"requeue\""],
+        Duration::from_secs(10),
+    );
     let lb = b.fair_lock("gap");
     let wb = tokio::spawn(async move { lb.try_lock(Duration::from_secs(30), None).await });
     wait_until(Duration::from_secs(10), "B queued", || {
@@ -230,7 +239,9 @@ async fn heartbeats_of_fairlock_waiters_never_walk_the_queue() {
     let server = RedisServer::start();
     let mut raw = server.conn();
     let owner = Client::connect(&server.url()).await.unwrap();
-    let waiters = beating_client(&server).await;
+    // A 1 s window: heartbeats every 333 ms, and a mark lapses only if a beat is two thirds of
+    // a second late (a loaded machine must not purge a live waiter here).
+    let waiters = waiting_client(&server, Duration::from_secs(1)).await;
     let held = owner.fair_lock("beats").lock().await.unwrap();
     let mut tasks = Vec::new();
     for _ in 0..WAITERS {
@@ -246,7 +257,7 @@ async fn heartbeats_of_fairlock_waiters_never_walk_the_queue() {
         .arg("RESETSTAT")
         .query(&mut raw)
         .unwrap();
-    // Heartbeats run every 100 ms (a third of the window); each refreshes every waiter's mark
+    // Heartbeats run every 333 ms (a third of the window); each refreshes every waiter's mark
     // and score with ZADD. Wait for several whole periods of them.
     let mut info = String::new();
     wait_until(Duration::from_secs(20), "several heartbeat periods", || {
@@ -292,12 +303,13 @@ async fn an_idle_client_drops_a_cancelled_waiters_channel_after_its_linger() {
         } else {
             owner.non_fair_lock(name).lock().await.unwrap()
         };
-        let timed_out = if fair {
-            tokio::time::timeout(Duration::from_millis(300), c.fair_lock(name).lock()).await
+        let waiter = if fair {
+            let lock = c.fair_lock(name);
+            tokio::spawn(async move { lock.lock().await.map(drop) })
         } else {
-            tokio::time::timeout(Duration::from_millis(300), c.non_fair_lock(name).lock()).await
+            let lock = c.non_fair_lock(name);
+            tokio::spawn(async move { lock.lock().await.map(drop) })
         };
-        assert!(timed_out.is_err(), "{name}: the lock is held");
         let pattern = format!("{}*", support::release_channel(name));
         let subscribed = |raw: &mut redis::Connection| -> Vec<String> {
             redis::cmd("PUBSUB")
@@ -306,9 +318,16 @@ async fn an_idle_client_drops_a_cancelled_waiters_channel_after_its_linger() {
                 .query(raw)
                 .unwrap()
         };
+        wait_until_async(Duration::from_secs(10), "the waiter subscribed", || {
+            let listening = !subscribed(&mut raw).is_empty();
+            async move { listening }
+        })
+        .await;
+        // Cancelled while it waits (the lock is held).
+        waiter.abort();
         assert!(
-            !subscribed(&mut raw).is_empty(),
-            "{name}: the waiter subscribed before it was cancelled"
+            waiter.await.unwrap_err().is_cancelled(),
+            "{name}: the lock is held"
         );
         // The client stays idle from here on: no call, no message. (An async wait: on this
         // current-thread runtime a blocking one would stop the client's own tasks.)

@@ -248,12 +248,13 @@ async fn lease_expiry_lets_the_head_in() {
         .build()
         .await
         .unwrap();
+    // (Taken before the call: the lease runs from the moment Redis ran it, which is later.)
+    let started = std::time::Instant::now();
     let holder = a
         .fair_lock("expiring")
         .lock_with_lease(Duration::from_millis(300))
         .await
         .unwrap();
-    let started = std::time::Instant::now();
     let got = b
         .fair_lock("expiring")
         .try_lock(Duration::from_secs(10), None)

@@ -39,7 +39,7 @@ async fn standalone_hand_overs_both_ways_are_fast_once_warm() {
         &client,
         |_| Probe::new(&server, false),
         "standalone",
-        Duration::from_millis(25),
+        Duration::from_millis(100),
     )
     .await;
 }

@@ -42,7 +42,7 @@ async fn sentinel_hand_overs_and_a_failover_under_a_java_holder() {
         &client,
         |_| Probe::new(&group.master, false),
         "sentinel",
-        Duration::from_millis(25),
+        Duration::from_millis(100),
     )
     .await;
 

@@ -473,10 +473,13 @@ async fn preferring_waiters_are_served_in_arrival_order_readers_together() {
     let rw = c.read_write_lock("rw:order").writer_preferring();
     let w0 = rw.write_lock().lock().await.unwrap();
     let served = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    // How many of R1 and R2 are in: each holds until the other is in too (a loaded machine may
+    // let the second in late), or for 5 s, after which the order check below fails.
+    let pair_in = std::sync::Arc::new(tokio::sync::watch::channel(0usize).0);
     let mut tasks = Vec::new();
     // Arrival: W1, R1, R2, W2, R3 (each queued before the next arrives).
     for (i, label) in ["W1", "R1", "R2", "W2", "R3"].into_iter().enumerate() {
-        let (side, served) = (rw.clone(), served.clone());
+        let (side, served, pair_in) = (rw.clone(), served.clone(), pair_in.clone());
         tasks.push(tokio::spawn(async move {
             let guard = if label.starts_with('W') {
                 side.write_lock().lock().await.unwrap()
@@ -484,6 +487,12 @@ async fn preferring_waiters_are_served_in_arrival_order_readers_together() {
                 side.read_lock().lock().await.unwrap()
             };
             served.lock().unwrap().push((label, "in"));
+            if label == "R1" || label == "R2" {
+                pair_in.send_modify(|n| *n += 1);
+                let mut both = pair_in.subscribe();
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(5), both.wait_for(|n| *n == 2)).await;
+            }
             // Hold long enough for whoever may enter alongside to do so.
             tokio::time::sleep(Duration::from_millis(150)).await;
             served.lock().unwrap().push((label, "out"));
@@ -527,6 +536,8 @@ async fn a_dead_or_departed_queued_writer_no_longer_keeps_readers_out() {
     let name = "rw:departed";
     let rw = c.read_write_lock(name).writer_preferring();
     // A queued writer of a process that died: its mark lapses within 300 ms.
+    // (Taken before the server's clock is read: the mark lapses 300 ms after that reading.)
+    let started = Instant::now();
     let now_ms = support::server_now_ms(&mut raw);
     let dead = "00000000-0000-0000-0000-000000000000:9:write";
     let _: () = redis::pipe()
@@ -536,7 +547,6 @@ async fn a_dead_or_departed_queued_writer_no_longer_keeps_readers_out() {
         .set("fairlock_rw_seq:{rw:departed}", 1)
         .query(&mut raw)
         .unwrap();
-    let started = Instant::now();
     let r = rw
         .read_lock()
         .try_lock(Duration::from_secs(5), None)

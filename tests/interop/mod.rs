@@ -147,7 +147,9 @@ impl Figures {
     }
 
     /// Prints the figures (visible with `--no-capture`) and checks them: a median of a few ms
-    /// once warm, and never anything that looks like waiting for a TTL or a heartbeat.
+    /// once warm (bounded by `median_bound`, which leaves room for a loaded machine next to a
+    /// JVM), and never anything that looks like waiting for a TTL or a heartbeat (a second or
+    /// more).
     fn report_and_check(&self, median_bound: Duration) {
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         eprintln!(
