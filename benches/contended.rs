@@ -1,7 +1,7 @@
 //! Contention: C tasks in two OS processes fight over one lock name, each looping lock → critical
 //! section (`GET` + `SET` of a counter) → unlock → lock again, for a fixed time per C.
 //!
-//! Five locks run the same workload in the same bench run, alternating:
+//! Six locks run the same workload in the same bench run, alternating:
 //!
 //! * **ideal FIFO** (a yardstick, not a usable lock): a ticket lock, the cheapest strict-FIFO
 //!   hand-off Redis allows. Acquire = `INCR NAME:ticket:next` → ticket t, then `BRPOP
@@ -21,6 +21,12 @@
 //!   and nothing else: no purge of expired waiters, no liveness of its own, no fencing, no
 //!   recovery of a lost message. Set against the ideal FIFO and `FairLock`, it splits the gap
 //!   between them into what the layout forces and what fairlock adds;
+//! * **layout floor + FairLock's commands** (a yardstick): the floor's contenders and client,
+//!   with scripts (`lua/layout_plus_*.lua`) that also run the commands `FairLock`'s scripts run
+//!   on the same paths (a join of 13 commands, a hand-over release of 13, on the same kinds of
+//!   keys), without deciding anything by them. Between the floor and `FairLock`, it splits
+//!   fairlock's share into what its scripts' commands cost the server and what is left to its
+//!   client (the engine, the grant's take-up, the bookkeeping) and its scripts' logic;
 //! * **FairLock**: `client.fair_lock(NAME).lock()` + `guard.unlock()`, one client per process,
 //!   every contender its own tokio task and so its own holder;
 //! * **polling** (a baseline): `SET NAME token NX PX 30000`, retried every 10 ms until it
@@ -101,6 +107,8 @@ const POLL_UNLOCK: &str = include_str!("lua/poll_unlock.lua");
 enum Variant {
     Ticket,
     Layout,
+    /// The layout floor running FairLock's commands (isolates their server cost).
+    LayoutPlus,
     Fair,
     Polling,
     RandomRetry,
@@ -111,6 +119,7 @@ impl Variant {
         match self {
             Variant::Ticket => "ticket",
             Variant::Layout => "layout",
+            Variant::LayoutPlus => "layout-plus",
             Variant::Fair => "fair",
             Variant::Polling => "polling",
             Variant::RandomRetry => "random",
@@ -121,6 +130,7 @@ impl Variant {
         match s {
             "ticket" => Variant::Ticket,
             "layout" => Variant::Layout,
+            "layout-plus" => Variant::LayoutPlus,
             "fair" => Variant::Fair,
             "polling" => Variant::Polling,
             "random" => Variant::RandomRetry,
@@ -132,6 +142,7 @@ impl Variant {
         match self {
             Variant::Ticket => "ideal FIFO (ticket: INCR + BRPOP)",
             Variant::Layout => "Redisson layout floor (2 scripts + message)",
+            Variant::LayoutPlus => "layout floor + FairLock's commands",
             Variant::Fair => "FairLock",
             Variant::Polling => "polling SET NX (10 ms)",
             Variant::RandomRetry => "SET NX, random 0–200 ms retry",
@@ -325,7 +336,8 @@ async fn start_contenders(
             }
             None
         }
-        Variant::Layout => {
+        Variant::Layout | Variant::LayoutPlus => {
+            let plus = variant == Variant::LayoutPlus;
             let locks = common::manager(url).await;
             let pubsub = redis::Client::open(url)
                 .expect("redis url")
@@ -341,7 +353,9 @@ async fn start_contenders(
                 sink.subscribe(&channel).await.expect("SUBSCRIBE");
                 wake.insert(channel, notify.clone());
                 let (cs, locks, plan) = (cs.clone(), locks.clone(), plan.clone());
-                handles.push(tokio::spawn(layout_contender(locks, cs, id, plan, notify)));
+                handles.push(tokio::spawn(layout_contender(
+                    locks, cs, id, plan, notify, plus,
+                )));
             }
             // Routes each hand-off message to its contender; the sink lives as long as the task.
             background = Some(tokio::spawn(async move {
@@ -512,6 +526,12 @@ const LAYOUT_CHANNEL_PREFIX: &str = "redisson_lock__channel:{bench:contended}:";
 const LAYOUT_DEADLINE_AHEAD_MS: u64 = 600_000;
 const LAYOUT_ACQUIRE: &str = include_str!("lua/layout_acquire.lua");
 const LAYOUT_RELEASE: &str = include_str!("lua/layout_release.lua");
+const LAYOUT_LIVENESS: &str = "fairlock_liveness:{bench:contended}";
+const LAYOUT_GRANTS: &str = "fairlock_grants:{bench:contended}";
+/// FairLock's default liveness window, which the layout-plus join's mark lies ahead.
+const LAYOUT_LIVENESS_MS: u64 = 5_000;
+const LAYOUT_PLUS_ACQUIRE: &str = include_str!("lua/layout_plus_acquire.lua");
+const LAYOUT_PLUS_RELEASE: &str = include_str!("lua/layout_plus_release.lua");
 
 /// The layout floor's owner field of a contender (`<process>:<id>`, ids unique over both).
 fn layout_field(id: u32) -> String {
@@ -519,17 +539,24 @@ fn layout_field(id: u32) -> String {
 }
 
 /// The Redisson layout floor: one script to take the lock or queue, a sleep until the hand-off
-/// message, one script to release (handing the lock to the head of the queue).
+/// message, one script to release (handing the lock to the head of the queue). With `plus`, the
+/// scripts also run the commands FairLock's run on the same paths (`lua/layout_plus_*.lua`).
 async fn layout_contender(
     mut locks: ConnectionManager,
     mut cs: ConnectionManager,
     id: u32,
     plan: watch::Receiver<Option<Plan>>,
     handed_over: Arc<Notify>,
+    plus: bool,
 ) -> Vec<Record> {
     let plan = wait_for_plan(plan).await;
-    let acquire = redis::Script::new(LAYOUT_ACQUIRE);
-    let release = redis::Script::new(LAYOUT_RELEASE);
+    let (acquire, release) = if plus {
+        (LAYOUT_PLUS_ACQUIRE, LAYOUT_PLUS_RELEASE)
+    } else {
+        (LAYOUT_ACQUIRE, LAYOUT_RELEASE)
+    };
+    let acquire = redis::Script::new(acquire);
+    let release = redis::Script::new(release);
     let field = layout_field(id);
     let lease_ms = POLL_LEASE.as_millis() as u64;
     let mut records = Vec::new();
@@ -538,16 +565,18 @@ async fn layout_contender(
         if issue >= plan.stop_us {
             break;
         }
-        let granted: i64 = acquire
-            .key(NAME)
-            .key(LAYOUT_QUEUE)
+        let mut call = acquire.key(NAME);
+        call.key(LAYOUT_QUEUE)
             .key(LAYOUT_DEADLINES)
             .arg(lease_ms)
             .arg(&field)
-            .arg(issue / 1_000 + LAYOUT_DEADLINE_AHEAD_MS)
-            .invoke_async(&mut locks)
-            .await
-            .expect("layout acquire");
+            .arg(issue / 1_000 + LAYOUT_DEADLINE_AHEAD_MS);
+        if plus {
+            call.key(LAYOUT_LIVENESS)
+                .key(LAYOUT_GRANTS)
+                .arg(LAYOUT_LIVENESS_MS);
+        }
+        let granted: i64 = call.invoke_async(&mut locks).await.expect("layout acquire");
         let queued = if granted == 0 { common::now_us() } else { 0 };
         if granted == 0 {
             // A queued contender is told exactly once, when the lock is already its own: the
@@ -559,16 +588,16 @@ async fn layout_contender(
         let grant = common::now_us();
         critical_section(&mut cs).await;
         let release_at = common::now_us();
-        let released: i64 = release
-            .key(NAME)
-            .key(LAYOUT_QUEUE)
+        let mut call = release.key(NAME);
+        call.key(LAYOUT_QUEUE)
             .key(LAYOUT_DEADLINES)
             .arg(&field)
             .arg(lease_ms)
-            .arg(LAYOUT_CHANNEL_PREFIX)
-            .invoke_async(&mut locks)
-            .await
-            .expect("layout release");
+            .arg(LAYOUT_CHANNEL_PREFIX);
+        if plus {
+            call.key(LAYOUT_LIVENESS).key(LAYOUT_GRANTS);
+        }
+        let released: i64 = call.invoke_async(&mut locks).await.expect("layout release");
         assert!(
             released >= 0,
             "contender {id}: the layout lock was not ours"
@@ -736,6 +765,7 @@ fn parent() {
             for variant in [
                 Variant::Ticket,
                 Variant::Layout,
+                Variant::LayoutPlus,
                 Variant::Polling,
                 Variant::RandomRetry,
                 Variant::Fair,
@@ -1081,8 +1111,10 @@ fn report(results: &[Outcome]) {
         );
     }
     for r in results {
-        if matches!(r.variant, Variant::Fair | Variant::Layout | Variant::Ticket)
-            && !r.inversion_examples.is_empty()
+        if matches!(
+            r.variant,
+            Variant::Fair | Variant::Layout | Variant::LayoutPlus | Variant::Ticket
+        ) && !r.inversion_examples.is_empty()
         {
             println!(
                 "FIFO inversions of {} C={} (the first {}):",
@@ -1181,8 +1213,32 @@ fn report(results: &[Outcome]) {
             r.client_cpu_us / floor.client_cpu_us,
         );
     }
+    // Of FairLock's distance to the floor, what its scripts' commands cost (the floor running
+    // them, with the floor's client) and what is left to its client and its scripts' logic.
+    if let (Some(r), Some(plus), Some(floor), Some(ideal)) = (
+        find(Variant::Fair, 64),
+        find(Variant::LayoutPlus, 64),
+        find(Variant::Layout, 64),
+        find(Variant::Ticket, 64),
+    ) {
+        println!(
+            "layout floor + FairLock's commands C=64: {:.2}× the ideal FIFO's acq/s, {:.2}× the floor's, Redis CPU {:.2}× the floor's, {:.1} cmds/acq; FairLock against it: {:.2}× its acq/s, Redis CPU {:.2}×, client CPU {:.2}×",
+            plus.rate / ideal.rate,
+            plus.rate / floor.rate,
+            plus.redis_cpu_us / floor.redis_cpu_us,
+            plus.commands,
+            r.rate / plus.rate,
+            r.redis_cpu_us / plus.redis_cpu_us,
+            r.client_cpu_us / plus.client_cpu_us,
+        );
+    }
     for c in [1, 64] {
-        for variant in [Variant::Ticket, Variant::Layout, Variant::Fair] {
+        for variant in [
+            Variant::Ticket,
+            Variant::Layout,
+            Variant::LayoutPlus,
+            Variant::Fair,
+        ] {
             let Some(r) = find(variant, c) else { continue };
             println!(
                 "commands per acquisition, {} C={c} (server µs; coordination and critical section included): {}",
