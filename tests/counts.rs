@@ -157,15 +157,7 @@ async fn fencing_tokens_beyond_two_to_the_53_are_exact_and_increase() {
             support::queue_len(&mut raw, "fair") == 1
         });
         let head: String = raw.lindex("redisson_lock_queue:{fair}", 0).unwrap();
-        let channel = format!("redisson_lock__channel:{{fair}}:{head}");
-        support::wait_until(Duration::from_secs(10), "the waiter subscribed", || {
-            let (_, n): (String, i64) = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(&channel)
-                .query(&mut raw)
-                .unwrap();
-            n == 1
-        });
+        support::wait_subscribed(&mut raw, &format!("redisson_lock__channel:{{fair}}:{head}"));
         let before = taken_up.get();
         held.unlock().await.unwrap();
         let handed = waiter.await.unwrap().unwrap();
