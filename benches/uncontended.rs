@@ -7,7 +7,13 @@
 //! * **fair lock()**: `client.fair_lock(name).lock()` + `guard.unlock()` (watchdog hold);
 //! * **fair try_lock(0, lease)**: `try_lock(Duration::ZERO, Some(lease))` + `unlock()`;
 //! * **lock()** and **lock try_lock(0, lease)**: the same two on the `NonFairLock`
-//!   (`client.non_fair_lock(name)`, Redisson's `RLock` layout).
+//!   (`client.non_fair_lock(name)`, Redisson's `RLock` layout);
+//! * **layout floor** (a yardstick, not a usable lock): the cheapest cycle on the keys a Redisson
+//!   fair lock shares, the scripts of `benches/contended`'s layout floor
+//!   (`lua/layout_acquire.lua`, `lua/layout_release.lua`) on the floor's connection: an owner
+//!   hash written by a script (a hash's compare-and-set cannot be one plain command), with no
+//!   fairlock client around it. Against the floor it prices what the layout forces; `FairLock`
+//!   against it, what fairlock adds.
 //!
 //! The run order is floor, A, floor, B, floor, C, floor, D, floor, A, …; each lock run is compared
 //! with the mean rate of the floor runs right before and right after it, and the ratio reported is
@@ -16,7 +22,7 @@
 //! µs/cycle is this process's user + system CPU over the run (`/proc/self/stat`, 10 ms ticks)
 //! per cycle, the bench loop included (the same for every variant).
 //!
-//! `cargo bench --bench uncontended` (about 90 s); `FAIRLOCK_BENCH_QUICK=1` or `-- --quick` for a
+//! `cargo bench --bench uncontended` (about 110 s); `FAIRLOCK_BENCH_QUICK=1` or `-- --quick` for a
 //! few seconds.
 
 // The test kit (testkit/): `RedisServer` (a throw-away redis-server on a free loopback port,
@@ -42,15 +48,18 @@ enum Variant {
     NonFairLock,
     /// The `NonFairLock` with a zero wait and a lease.
     NonFairTry,
+    /// The fair layout's cheapest cycle: one script to take, one to release.
+    Layout,
 }
 
 impl Variant {
     /// Every measured lock variant (the floor runs between them).
-    const LOCKS: [Variant; 4] = [
+    const LOCKS: [Variant; 5] = [
         Variant::FairLock,
         Variant::FairTry,
         Variant::NonFairLock,
         Variant::NonFairTry,
+        Variant::Layout,
     ];
 
     fn label(self) -> &'static str {
@@ -60,6 +69,7 @@ impl Variant {
             Variant::FairTry => "FairLock try_lock(0, lease) + unlock()",
             Variant::NonFairLock => "NonFairLock lock() + unlock()",
             Variant::NonFairTry => "NonFairLock try_lock(0, lease) + unlock()",
+            Variant::Layout => "layout floor: 2 scripts on the fair layout",
         }
     }
 
@@ -68,6 +78,7 @@ impl Variant {
             Variant::Floor => "bench:uncontended:floor",
             Variant::FairLock | Variant::FairTry => "bench:uncontended:fair",
             Variant::NonFairLock | Variant::NonFairTry => "bench:uncontended:lock",
+            Variant::Layout => "bench:uncontended:layout",
         }
     }
 }
@@ -100,7 +111,13 @@ struct Bench {
     client: fairlock::Client,
     floor: ConnectionManager,
     admin: redis::aio::MultiplexedConnection,
+    layout_acquire: redis::Script,
+    layout_release: redis::Script,
 }
+
+const LAYOUT_QUEUE: &str = "redisson_lock_queue:{bench:uncontended:layout}";
+const LAYOUT_DEADLINES: &str = "redisson_lock_timeout:{bench:uncontended:layout}";
+const LAYOUT_CHANNEL_PREFIX: &str = "redisson_lock__channel:{bench:uncontended:layout}:";
 
 impl Bench {
     /// One lock → unlock cycle of `variant`.
@@ -162,6 +179,32 @@ impl Bench {
                     .expect("an uncontended try_lock acquires");
                 guard.unlock().await.expect("unlock");
             }
+            Variant::Layout => {
+                let granted: i64 = self
+                    .layout_acquire
+                    .key(variant.key())
+                    .key(LAYOUT_QUEUE)
+                    .key(LAYOUT_DEADLINES)
+                    .arg(LEASE.as_millis() as u64)
+                    .arg(token)
+                    .arg(0)
+                    .invoke_async(&mut self.floor)
+                    .await
+                    .expect("layout acquire");
+                assert_eq!(granted, 1, "layout floor: the lock was taken");
+                let released: i64 = self
+                    .layout_release
+                    .key(variant.key())
+                    .key(LAYOUT_QUEUE)
+                    .key(LAYOUT_DEADLINES)
+                    .arg(token)
+                    .arg(LEASE.as_millis() as u64)
+                    .arg(LAYOUT_CHANNEL_PREFIX)
+                    .invoke_async(&mut self.floor)
+                    .await
+                    .expect("layout release");
+                assert_eq!(released, 0, "layout floor: the lock was not freed");
+            }
         }
     }
 
@@ -220,6 +263,8 @@ async fn bench(url: &str, rounds: usize, per_run: Duration) {
         client,
         floor: common::manager(url).await,
         admin: common::admin_conn(url).await,
+        layout_acquire: redis::Script::new(include_str!("lua/layout_acquire.lua")),
+        layout_release: redis::Script::new(include_str!("lua/layout_release.lua")),
     };
     // Warm-up: connections, script cache, allocator, CPU frequency.
     for v in [Variant::Floor].iter().chain(Variant::LOCKS.iter()) {
@@ -290,15 +335,21 @@ fn report(runs: &[Run]) {
             common::us(client_cpu) / cycles as f64,
         );
     }
-    let fair_ratio = {
+    let median_ratio = |variant: Variant| {
         let mut rs: Vec<f64> = ratios
             .iter()
-            .filter(|(v, _)| *v == Variant::FairLock)
+            .filter(|(v, _)| *v == variant)
             .map(|(_, r)| *r)
             .collect();
         common::median(&mut rs)
     };
+    let fair_ratio = median_ratio(Variant::FairLock);
+    let layout_ratio = median_ratio(Variant::Layout);
     println!();
+    println!(
+        "the layout floor: {layout_ratio:.2} × floor (what the fair layout's scripts cost); FairLock lock() + unlock(): {:.2} × the layout floor (what fairlock adds)",
+        fair_ratio / layout_ratio
+    );
     // The first line is the benchmark's original bar; issue 23 raised it to 0.9.
     for (bar, origin) in [(0.8, "the first bar"), (0.9, "issue 23")] {
         println!(
