@@ -120,13 +120,13 @@ pub use engine::validity::LostReason;
 pub use error::{Error, RedisCause, Result};
 pub use lock::client::Client;
 pub use lock::client::Health;
-pub use lock::fair::FairLock;
-pub use lock::guard::{LockGuard, LostSignal};
 pub use lock::holder::Holder;
 pub use lock::multi::{MultiGuard, MultiLock, MultiMember};
+pub use lock::mutex::FairLock;
 #[allow(deprecated)]
-pub use lock::plain::Lock;
-pub use lock::plain::NonFairLock;
+pub use lock::mutex::Lock;
+pub use lock::mutex::NonFairLock;
+pub use lock::mutex::{LockGuard, LostSignal};
 pub use lock::rw::{ReadLock, ReadWriteLock, WriteLock};
 /// The redis-rs crate fairlock is built on, for the types its builder takes
 /// ([`redis::Client`], [`redis::ConnectionInfo`], [`redis::cluster::ClusterClientBuilder`],

@@ -20,8 +20,8 @@ use crate::engine::validity::lease_ms;
 use crate::engine::validity::LostReason;
 use crate::error::{Error, Result};
 use crate::lock::client::Client;
-use crate::lock::guard::LockGuard;
 use crate::lock::holder::Holder;
+use crate::lock::mutex::LockGuard;
 use crate::util::join_all;
 
 /// Fixed part of the default per-master timeout (plus 1 % of the lease).

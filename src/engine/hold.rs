@@ -1,6 +1,6 @@
 //! One hold on one lock, as the engine keeps it: the field it belongs to, its generation, the
 //! loss epoch it was made at and which of the field's holds it is. The public `LockGuard`
-//! (`lock/guard.rs`) is a documented shell over it.
+//! (`lock/mutex.rs`) is a documented shell over it.
 //!
 //! A hold must never do I/O in `Drop`: it leaves the account of its field at once and takes its
 //! release's place in the field's line synchronously; the driver sends the release.

@@ -13,9 +13,9 @@ use crate::conn::subscriber::SubscriberState;
 use crate::engine::inner::Inner;
 use crate::engine::lifecycle;
 use crate::error::Result;
-use crate::lock::fair::FairLock;
 use crate::lock::holder::Holder;
-use crate::lock::plain::NonFairLock;
+use crate::lock::mutex::FairLock;
+use crate::lock::mutex::NonFairLock;
 use crate::lock::rw::ReadWriteLock;
 
 /// A connection to Redis for taking locks. Cheap to clone; every clone shares the same

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::engine::validity::LostReason;
 use crate::error::{Error, Result};
-use crate::lock::guard::LockGuard;
+use crate::lock::mutex::LockGuard;
 use crate::util::join_all;
 use crate::{FairLock, NonFairLock};
 

@@ -12,8 +12,8 @@ use crate::engine::acquire::Handle;
 use crate::engine::inner::Inner;
 use crate::error::Result;
 use crate::keys::Kind;
-use crate::lock::guard::LockGuard;
 use crate::lock::holder::Holder;
+use crate::lock::mutex::LockGuard;
 use crate::state::RwLockState;
 
 /// A read-write lock in Redisson's `RReadWriteLock` layout: many readers or one writer, shared
