@@ -442,7 +442,9 @@ impl RedissonPeer {
                         // queue's order does not apply.
                         self.mark_reentrant(&id);
                     }
-                    let hold = self.hold_for(name, kind, &field, lease_ms, how.lease.is_none());
+                    let replied = mono_ns();
+                    let hold =
+                        self.hold_for(name, kind, &field, lease_ms, how.lease.is_none(), replied);
                     hold.validity.fetch_max(
                         sent + lease_ms as u64 * 1_000_000 - margin_ns(lease_ms),
                         Ordering::SeqCst,
@@ -646,6 +648,14 @@ impl RedissonPeer {
         r.map(|_| ())
     }
 
+    /// The hold a grant whose reply came at `replied` (mono ns) belongs to. A re-entry joins the
+    /// thread's earlier holds, and its lease then extends them, only when they were still valid
+    /// at `replied`: Redis then still had them when the grant's script ran, so the lock was held
+    /// without a gap. When they had lapsed (their lease ran out, e.g. while the server slept), the
+    /// key may have expired and been taken by someone else before this grant, which Redisson's
+    /// reply cannot tell: the earlier holds are lost (and trusted no longer than their own
+    /// validity), and this grant starts a new hold. The workload releases a re-entry before the
+    /// hold it re-entered, so the new hold is released first.
     fn hold_for(
         &self,
         name: &str,
@@ -653,13 +663,27 @@ impl RedissonPeer {
         field: &str,
         lease_ms: i64,
         watchdog: bool,
+        replied: u64,
     ) -> Arc<Hold> {
-        let mut holds = self.inner.holds.lock().unwrap();
         let k = (name.to_owned(), field.to_owned());
-        if let Some(h) = holds.get(&k) {
-            h.count.fetch_add(1, Ordering::SeqCst);
-            return h.clone();
+        let lapsed = {
+            let mut holds = self.inner.holds.lock().unwrap();
+            match holds.get(&k) {
+                Some(h)
+                    if h.validity.load(Ordering::SeqCst) >= replied
+                        && !h.lost.load(Ordering::SeqCst) =>
+                {
+                    h.count.fetch_add(1, Ordering::SeqCst);
+                    return h.clone();
+                }
+                Some(_) => holds.remove(&k),
+                None => None,
+            }
+        };
+        if let Some(old) = lapsed {
+            self.mark_lost(&old, "lapsed before a re-entry");
         }
+        let mut holds = self.inner.holds.lock().unwrap();
         let hold = Arc::new(Hold {
             name: name.to_owned(),
             kind,
@@ -681,7 +705,7 @@ impl RedissonPeer {
         let cfg = self.inner.cfg;
         loop {
             tokio::time::sleep(cfg.renew_every).await;
-            if hold.count.load(Ordering::SeqCst) == 0 {
+            if hold.count.load(Ordering::SeqCst) == 0 || hold.lost.load(Ordering::SeqCst) {
                 return;
             }
             let sent = mono_ns();
@@ -706,6 +730,13 @@ impl RedissonPeer {
                     .await
             };
             match r {
+                Ok(1) if hold.validity.load(Ordering::SeqCst) < mono_ns() => {
+                    // The hold had lapsed before the reply came: Redis may have let it expire
+                    // and a re-entry of the thread re-created the field since (see `hold_for`),
+                    // so this renewal proves nothing about the time in between.
+                    self.mark_lost(&hold, "lapsed before its renewal");
+                    return;
+                }
                 Ok(1) => {
                     let ms = cfg.watchdog.as_millis() as i64;
                     hold.validity.fetch_max(
@@ -753,11 +784,12 @@ impl RedissonPeer {
         });
         hold.calls.lock().unwrap().retain(|c| *c != guard.call);
         if hold.count.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.inner
-                .holds
-                .lock()
-                .unwrap()
-                .remove(&(hold.name.clone(), hold.field.clone()));
+            // Only this hold's own entry: a lapsed hold was replaced by a newer one (`hold_for`).
+            let mut holds = self.inner.holds.lock().unwrap();
+            let k = (hold.name.clone(), hold.field.clone());
+            if holds.get(&k).is_some_and(|h| Arc::ptr_eq(h, &hold)) {
+                holds.remove(&k);
+            }
         }
         let s = &self.inner.scripts;
         let mut conn = self.conn();

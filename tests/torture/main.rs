@@ -33,6 +33,8 @@ mod child;
 mod config;
 mod faults;
 mod peer;
+#[cfg(test)]
+mod peer_model;
 mod run;
 mod tools;
 

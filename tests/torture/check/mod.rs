@@ -81,7 +81,7 @@ mod bounded_waits;
 mod fencing;
 mod fifo;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 mod history;
 pub mod leftovers;
 mod mutual_exclusion;
