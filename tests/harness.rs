@@ -43,6 +43,28 @@ async fn standalone_serves_commands_and_kill_closes_the_port() {
     assert!(refuses_connections(server.port()));
 }
 
+#[test]
+fn a_killed_servers_port_stays_claimed_until_the_value_is_dropped() {
+    // Sentinels and cluster nodes keep a killed server's address; handing the number to
+    // another test's fresh server would pull it into a group it does not belong to.
+    let mut server = RedisServer::start();
+    let port = server.port();
+    assert!(support::port_claimed(port));
+    assert!(
+        support::port_claimed(port + 10_000),
+        "the cluster bus number too"
+    );
+    server.kill();
+    assert!(refuses_connections(port));
+    assert!(
+        support::port_claimed(port),
+        "killed, but the value still claims it"
+    );
+    drop(server);
+    assert!(!support::port_claimed(port));
+    assert!(!support::port_claimed(port + 10_000));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn restart_comes_back_on_the_same_port_without_data() {
     let mut server = RedisServer::start_with(&["--maxmemory", "10mb"]);

@@ -70,7 +70,7 @@ pub use raw::{
 };
 pub use rng::{seed, Rng};
 pub use sentinel::SentinelGroup;
-pub use server::{add_lock_user, info_field, RedisServer};
+pub use server::{add_lock_user, info_field, port_claimed, RedisServer};
 pub use servers::{test_server, tls_server_binary, ServerKind, TestServer};
 pub use tls::TlsFiles;
 pub use topology::{

@@ -34,8 +34,11 @@ impl SentinelGroup {
     /// returns once every sentinel sees the master up, both replicas up with a working link,
     /// and the two other sentinels.
     pub fn start() -> SentinelGroup {
-        let master_name = "mymaster".to_string();
         let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+        // A name of its own (the master's port is claimed while the group lives), so that a
+        // sentinel of another test's group ignores this group's hello messages should the two
+        // ever meet on a server.
+        let master_name = format!("group-{}", master.port());
         let replicas: Vec<RedisServer> = (0..REPLICAS)
             .map(|_| RedisServer::start_replica_of(&master))
             .collect();

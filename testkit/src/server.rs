@@ -24,10 +24,51 @@ pub const LOG_FILE: &str = "process.log";
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
-/// A pseudo-random port in 20000..=40000 (seeded from pid, time and a counter) such that both
-/// it and its cluster bus port (+10000) can be bound right now. Two test processes can still
-/// race for the same port; the loser's server fails to bind and `start` retries elsewhere.
-pub(crate) fn free_port() -> u16 {
+/// A claim on a port number (and its cluster bus number, +10000) for the lifetime of one
+/// [`RedisServer`] value, across every test process on the machine: an exclusive `flock` on
+/// `temp_dir()/fairlock-tests/ports/<n>`. A killed server keeps its claim until the value is
+/// dropped, because the processes that knew it are still running: sentinels keep pinging a killed
+/// master's address (and reconfigure whatever answers there as a replica), cluster nodes keep
+/// a failed node's address, and `restart` brings the server back on it. Without the claim another
+/// test's fresh server could be handed that number and be taken into a group it does not belong
+/// to. The kernel drops the lock when the process ends, however it ends, so no claim outlives its
+/// process.
+pub(crate) struct PortClaim {
+    _files: [fs::File; 2],
+}
+
+impl PortClaim {
+    /// Claims `port` and `port + 10000`, or None when another value (in any process) holds either.
+    fn take(port: u16) -> Option<PortClaim> {
+        let dir = std::env::temp_dir().join("fairlock-tests").join("ports");
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        let claim = |n: u32| -> Option<fs::File> {
+            let path = dir.join(n.to_string());
+            let file = fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+            file.try_lock().ok().map(|()| file)
+        };
+        let own = claim(u32::from(port))?;
+        let bus = claim(u32::from(port) + 10_000)?;
+        Some(PortClaim { _files: [own, bus] })
+    }
+}
+
+/// Whether some [`RedisServer`] value, in this process or another, claims `port` (as its own
+/// port or as its cluster bus port) right now.
+pub fn port_claimed(port: u16) -> bool {
+    PortClaim::take(port).is_none()
+}
+
+/// A pseudo-random port in 20000..=40000 (seeded from pid, time and a counter) that no other
+/// [`RedisServer`] value claims (see [`PortClaim`]) and such that both it and its cluster bus
+/// port (+10000) can be bound right now. A process outside the test kit can still take the port
+/// before our server binds it; the server then fails to bind and `launch` retries elsewhere.
+pub(crate) fn free_port() -> (u16, PortClaim) {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -44,8 +85,11 @@ pub(crate) fn free_port() -> u16 {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^= z >> 31;
         let port = 20_000 + (z % 20_001) as u16;
+        let Some(claim) = PortClaim::take(port) else {
+            continue;
+        };
         if free(port) && free(port + 10_000) {
-            return port;
+            return (port, claim);
         }
     }
     panic!("no free port pair (P, P+10000) found in 20000..=40000");
@@ -146,6 +190,8 @@ pub struct RedisServer {
     dir: PathBuf,
     program: &'static str,
     argv: Vec<OsString>,
+    /// Held until the value is dropped, kill or no kill (see [`PortClaim`]).
+    _claim: PortClaim,
 }
 
 impl RedisServer {
@@ -203,7 +249,7 @@ impl RedisServer {
     ) -> RedisServer {
         let mut errors = Vec::new();
         for attempt in 1..=START_ATTEMPTS {
-            let port = free_port();
+            let (port, claim) = free_port();
             let dir = work_dir(&format!("{label}-{port}"));
             let argv = make_argv(port, &dir);
             let mut server = RedisServer {
@@ -213,6 +259,7 @@ impl RedisServer {
                 dir,
                 program,
                 argv,
+                _claim: claim,
             };
             match server.spawn() {
                 Ok(()) => return server,
