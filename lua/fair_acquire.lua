@@ -13,9 +13,13 @@
 -- ARGV[5] '1' to increment the fencing counter on a grant, '0' otherwise
 -- ARGV[6] publish command ('PUBLISH' or 'SPUBLISH'), ARGV[7] release channel of this lock
 -- ARGV[8] liveness window in ms, ARGV[9] the longest wait a Redisson client uses (ms)
--- ARGV[10] '1' when no other call of the field waits: an entry of the field still queued was
---          left by an ended call (its give-up failed), is not this call's place in line, and is
---          dropped first (the call joins at the tail)
+-- ARGV[10] '0', or, when no other call of the field waits, the call's mark: a number drawn
+--          from the same counter as the attempts' nonces, before any of this call's. An entry of
+--          the field still queued whose grant request does not name an attempt numbered above
+--          the mark was left by an ended call (its give-up failed), is not this call's place in
+--          line, and is dropped first (the call joins at the tail). One that does was queued by
+--          this call: by a send whose reply was lost, or by a first run of this very send (a
+--          cluster client may run one send twice), and is kept.
 -- ARGV[11] this attempt's nonce when the call takes a direct hand-off (PROTOCOL 8), '' when it
 --          does not (then an entry of the field in G is dropped); an attempt that leaves the
 --          field queued writes it into G, so a grant names the attempt it answers
@@ -49,7 +53,8 @@ local lease, field, expected = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local mode, fenced = ARGV[4], ARGV[5] == '1'
 local publish_cmd, channel_prefix = ARGV[6], ARGV[7]
 local window, redisson_wait = tonumber(ARGV[8]), tonumber(ARGV[9])
-local drop_stale, nonce, grant_ttl = ARGV[10] == '1', ARGV[11], ARGV[12]
+local call_mark, nonce, grant_ttl = tonumber(ARGV[10]) or 0, ARGV[11], ARGV[12]
+local drop_stale = call_mark > 0
 
 local function granted(count)
   if fenced then
@@ -113,8 +118,15 @@ end
 
 -- A failed give-up left this field queued: a new call does not inherit that place. When the
 -- entry was the head of a free lock, the new head is woken below like a purged one's. (An empty
--- queue holds no entry: the uncontended path pays no extra command.)
-if drop_stale and held == 0 and (head or behind_holder) and is_queued() then
+-- queue holds no entry: the uncontended path pays no extra command.) The entry this call queued
+-- itself, in an earlier send or an earlier run of this one, is its place and stays.
+local function left_by_ended_call()
+  local request = redis.call('HGET', grants, field)
+  local of = request and tonumber(string.match(request, ':(%d+)$'))
+  return not of or of <= call_mark
+end
+if drop_stale and held == 0 and (head or behind_holder) and is_queued()
+    and left_by_ended_call() then
   leave_queue(queue, deadlines, liveness, grants, field)
   queued = false
   purged = purged + 1

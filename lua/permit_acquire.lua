@@ -5,10 +5,11 @@
 -- (sorted set: raw 16-byte permit id, expiry in ms since the epoch)
 -- ARGV[1] how many permits (>= 1), ARGV[2] their lease in ms, ARGV[3] publish command,
 -- ARGV[4] the semaphore's channel, ARGV[5] '1' when this may be a resend of a call already sent
--- ('0' on its first send), ARGV[6..] the permit ids (raw 16 bytes each, one per permit)
+-- ('0' on its first send, unless the connection may run one send twice: a cluster's),
+-- ARGV[6..] the permit ids (raw 16 bytes each, one per permit)
 --
 -- A resend of a call whose first send took its permits finds its first id there and takes
--- nothing more (a first send cannot: its ids are new, so it does not look). Permits whose expiry
+-- nothing more (a first send that runs once cannot: its ids are new, so it does not look). Permits whose expiry
 -- passed are reclaimed first (as many as asked for, as Redisson does), and their return
 -- published; the earliest expiry, read for that, is also the reply's hint when too few are left. A Redisson permit taken without a lease has the score
 -- 922337203685477 and never expires.

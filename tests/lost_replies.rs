@@ -549,3 +549,69 @@ async fn a_hold_an_ended_call_left_is_never_taken_up_with_its_token() {
         );
     }
 }
+
+/// A call's first attempt joins the queue but its reply is lost; the call sends the attempt
+/// again. That resend finds the entry the first send made, which names the first send's nonce:
+/// it is the call's own place, kept, not an ended call's to be dropped, so a waiter that arrived
+/// in between is still served after us. (redis-rs's cluster client runs one send twice the same
+/// way, `tests/cluster_resends.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_attempt_whose_reply_was_lost_keeps_its_place() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let monitor = support::Monitor::start(server.port());
+    let mut raw = server.conn();
+    let name = "lost-join";
+    let queue = "redisson_lock_queue:{lost-join}";
+    let holder_client = Client::connect(&server.url()).await.unwrap();
+    let other = Client::connect(&server.url()).await.unwrap();
+    let slow = proxied(&proxy).await;
+    let holder = holder_client.fair_lock(name).lock().await.unwrap();
+
+    // Our first attempt runs and joins, but its reply never comes back...
+    let lock = slow
+        .fair_lock(name)
+        .with_holder(fairlock::Holder::from_raw(11).unwrap());
+    let ours = format!("{}:11", slow.id());
+    proxy.set_blackhole_replies(true);
+    let since = Instant::now();
+    let first = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.try_lock(Duration::from_secs(20), None).await })
+    };
+    wait_until(Duration::from_secs(10), "our waiter queued", || {
+        raw.llen::<_, i64>(queue).unwrap() == 1
+    });
+    // ... another waiter arrives behind us meanwhile ...
+    let theirs = {
+        let lock = other.fair_lock(name);
+        tokio::spawn(async move { lock.try_lock(Duration::from_secs(20), None).await })
+    };
+    wait_until(Duration::from_secs(10), "their waiter queued", || {
+        raw.llen::<_, i64>(queue).unwrap() == 2
+    });
+    // ... and our call sends its attempt again once replies get through.
+    proxy.set_blackhole_replies(false);
+    proxy.reset_tainted();
+    let attempts = |m: &support::Monitor| m.count_since(since, &["EVALSHA", &ours, "\"queue\""]);
+    wait_until_async(Duration::from_secs(10), "our attempt resent", || async {
+        attempts(&monitor) >= 2
+    })
+    .await;
+    let q: Vec<String> = raw.lrange(queue, 0, -1).unwrap();
+    assert_eq!(q.first(), Some(&ours), "we keep our place: {q:?}");
+    assert_eq!(q.len(), 2, "{q:?}");
+
+    holder.unlock().await.unwrap();
+    let g = support::joined(first, Duration::from_secs(20), "our call")
+        .await
+        .unwrap()
+        .expect("served first");
+    assert!(!theirs.is_finished(), "they wait behind us");
+    g.unlock().await.unwrap();
+    let t = support::joined(theirs, Duration::from_secs(20), "their call")
+        .await
+        .unwrap()
+        .expect("served next");
+    t.unlock().await.unwrap();
+}

@@ -89,11 +89,13 @@ pub(crate) enum PubSubLink {
 }
 
 /// How many times redis-rs's cluster client may send a command again by itself: after `MOVED` /
-/// `ASK` (the command did not run), but also after a timeout or a dropped connection, when it may
-/// have run. Every lock script is a compare-and-set on the holder's count, so a second run of the
-/// same call changes nothing (`engine/field/`); the bound only keeps one call within 3 command
-/// timeouts (the default, 16, would allow 17). Longer outages are ridden out by our own retry
-/// loops.
+/// `ASK` (the command did not run), but also after a dropped connection, when it may have run (a
+/// command that times out comes back to us as an error: `tests/cluster_resends.rs` sees our own
+/// resend there). Every lock script is a compare-and-set on the holder's count, so a second run of the
+/// same call changes nothing (`engine/field/`), and whoever reads a reply asks
+/// [`Conn::may_run_twice`] to read it as the reply to a resend; the bound only keeps one call
+/// within 3 command timeouts (the default, 16, would allow 17). Longer outages are ridden out by
+/// our own retry loops.
 #[cfg(feature = "cluster")]
 pub(crate) const CLUSTER_RETRIES: u32 = 2;
 
@@ -299,6 +301,21 @@ fn reconnects_after(e: &redis::RedisError) -> bool {
 }
 
 impl Conn {
+    /// Whether one command sent here may run more than once on the server: redis-rs's cluster
+    /// client sends a command again by itself after a dropped connection ([`CLUSTER_RETRIES`]),
+    /// when the first send may have run. A caller that reads a reply as
+    /// the answer to its first send must then read it as it reads the reply to a resend. The
+    /// standalone manager and the Sentinel connection never send a command twice by themselves.
+    pub(crate) fn may_run_twice(&self) -> bool {
+        match self {
+            Conn::Standalone { .. } => false,
+            #[cfg(feature = "cluster")]
+            Conn::Cluster { .. } => true,
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(_) => false,
+        }
+    }
+
     /// After a failed command: a standalone manager that reconnects must be named again.
     fn after_failure<T>(&self, reply: &redis::RedisResult<T>) {
         if let (Conn::Standalone { names, .. }, Err(e)) = (self, reply) {

@@ -319,12 +319,13 @@ impl ExpirableSemaphore {
         // The validity counts from the first send: a resend may find the permits taken by a
         // send that ran before it (its reply lost or late), at that earlier time.
         let sent = std::time::Instant::now();
-        // Every send after the first may repeat one that ran (its reply lost).
+        // Every send after the first may repeat one that ran (its reply lost), and so may the
+        // first one's second run where the connection resends by itself (a cluster).
         let mut sends = 0u32;
         let reply: Result<(i64, i64)> = resend(&self.core.inner, started, || {
             let mut conn = self.core.inner.conn.clone();
             let ids = &ids;
-            let again = sends > 0;
+            let again = sends > 0 || conn.may_run_twice();
             sends += 1;
             async move {
                 wire::permits::acquire(&mut conn, self.keys(), permits, lease_ms, ids, again).await
@@ -396,7 +397,8 @@ impl ExpirableSemaphore {
 /// Reads a permit id as Redisson shows it: 32 hex digits.
 fn parse_id(id: &str) -> Result<[u8; 16]> {
     let bad = || Error::invalid_argument("id", format!("{id:?} is not 32 hex digits"));
-    if id.len() != 32 || !id.is_ascii() {
+    // Hex digits only: `from_str_radix` alone would also take a sign ("+f").
+    if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(bad());
     }
     let mut raw = [0u8; 16];
@@ -553,6 +555,8 @@ mod tests {
             "00ff",
             "zzff10a0b1c2d3e4f5061728394a5b6c",
             "é0ff10a0b1c2d3e4f5061728394a5b6",
+            "+0ff10a0b1c2d3e4f5061728394a5b6c",
+            "+f+f+f+f+f+f+f+f+f+f+f+f+f+f+f+f",
         ] {
             assert!(parse_id(bad).is_err(), "{bad}");
         }

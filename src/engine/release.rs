@@ -92,7 +92,13 @@ pub(crate) async fn release(
                 });
             }
             Released::Mismatch(count) => {
-                if resent && count + args.by == args.expected {
+                // The connection may have run this very send twice (redis-rs's cluster client
+                // sends again after a dropped connection): a count exactly `by` lower is then
+                // our own first run's work, never a count to re-learn and release from again,
+                // which would release a hold another guard still has. (A reply that finds the
+                // lock gone or taken keeps its first-send reading: at worst a release that
+                // worked is reported as not held.)
+                if (resent || conn.may_run_twice()) && count + args.by == args.expected {
                     // A resend of a release that ran.
                     turn.count_learned(count);
                     return Ok(Unlocked::StillHeld);

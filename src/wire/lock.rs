@@ -145,13 +145,15 @@ pub(crate) struct AcquireArgs {
 }
 
 /// Runs one acquire attempt; `expected` is the hold count we believe Redis has for the field.
-/// `drop_stale` (fair locks): first take the field out of the queue wherever an ended call of
-/// it was left (a give-up that failed or never ran).
+/// `drop_stale` (fair locks): `Some(mark)` to first take the field out of the queue wherever an
+/// ended call of it was left (a give-up that failed or never ran); `mark` is drawn by the call
+/// before any of its nonces, so an entry whose grant request names a nonce above it is the
+/// call's own (queued by a send whose reply was lost, or by a first run of this send) and stays.
 pub(crate) async fn acquire(
     conn: &mut Conn,
     args: &AcquireArgs,
     expected: u64,
-    drop_stale: bool,
+    drop_stale: Option<u64>,
 ) -> Result<Attempt> {
     let keys = &args.spec.keys;
     let publish = conn.publish_command();
@@ -174,7 +176,7 @@ pub(crate) async fn acquire(
                 .arg(keys.channel())
                 .arg(args.liveness_ms)
                 .arg(args.redisson_wait_ms)
-                .arg(if drop_stale { "1" } else { "0" })
+                .arg(drop_stale.unwrap_or(0))
                 .arg(if args.nonce == 0 {
                     String::new()
                 } else {

@@ -20,7 +20,8 @@ pub(crate) struct PermitKeys<'a> {
 
 /// One acquire attempt of `permits` permits under `ids` with `lease_ms`: `(1, 0)` taken,
 /// `(0, ms)` not enough (the earliest expiry is `ms` away, -1: none coming). `resend`: these ids
-/// may have been sent before (the script then looks for them first; new ids cannot be there).
+/// may have been sent before, by us or by the connection itself ([`Conn::may_run_twice`]): the
+/// script then looks for them first (new ids sent once cannot be there).
 pub(crate) async fn acquire(
     conn: &mut Conn,
     keys: PermitKeys<'_>,

@@ -279,6 +279,7 @@ async fn acquire_inner(
         queued: false,
         counted: false,
         drop_stale: false,
+        call_mark: 0,
         subscription: None,
         zero_wait,
         beat: None,
@@ -332,10 +333,14 @@ pub(super) struct Waiter {
     pub(super) queued: bool,
     /// We are one of the field's `waiting_calls` (see `Account` in `engine/field.rs`).
     pub(super) counted: bool,
-    /// No other call of ours waited on the field when we began: any entry of the field in the
-    /// queue was left by an ended call, and our attempts drop it before joining, until one of them
-    /// gets a reply (after that, an entry of the field may be the one we made).
+    /// No other call of ours waited on the field when we began: an entry of the field in the
+    /// queue that does not name one of our nonces was left by an ended call, and our attempts
+    /// drop it before joining, until one of them gets a reply (after that, an entry of the field
+    /// may be the one we made).
     pub(super) drop_stale: bool,
+    /// Drawn from the nonces' counter when the call began, before any of its nonces (see
+    /// `wire::acquire`).
+    pub(super) call_mark: u64,
     pub(super) subscription: Option<Subscription>,
     /// A zero wait: the first failed attempt ends the call.
     pub(super) zero_wait: bool,
@@ -521,11 +526,15 @@ impl Waiter {
             let joins = self.args.mode != Mode::Try;
             self.drop_stale = self.held.call_starts(joins);
             self.counted = joins;
+            // Drawn before any nonce of this call: the script tells this call's own entry (its
+            // grant request names a later nonce) from one an ended call left.
+            self.call_mark = next_id();
         }
         if self.args.spec.queues() && self.args.mode != Mode::Try {
             self.queued = true;
         }
-        let drop_stale = self.drop_stale && self.args.mode != Mode::Requeue;
+        let drop_stale =
+            (self.drop_stale && self.args.mode != Mode::Requeue).then_some(self.call_mark);
         let entry = match (Lane::reserve(&self.held), turn_deadline) {
             (entry @ Entry::Waiting(..), Some(until)) => {
                 tracing::trace!("waits for its turn behind earlier work of its field");
@@ -583,7 +592,7 @@ async fn attempt_with_turn(
     held: &Held,
     turn: &FieldTurn,
     args: &AcquireArgs,
-    drop_stale: bool,
+    drop_stale: Option<u64>,
     sync: Option<ReplicaSync>,
     command_timeout: Duration,
 ) -> Result<Attempt> {
