@@ -250,13 +250,26 @@ fn victim_exempt(
             a.lease_ms?
         ));
     }
-    h.fault_near(
-        &a.proc,
-        s.t0,
-        until,
-        h.params.liveness + h.params.fault_grace,
-    )
+    let grace = h.params.liveness + h.params.fault_grace;
+    if let Some(why) = h.fault_near_where(&a.proc, s.t0, until, grace, |f| f.kind != LOST_REPLIES) {
+        return Some(why);
+    }
+    // Replies lost on their way back, and nothing else: every request of the waiter reached
+    // Redis (its attempts and heartbeats ran), so it stayed queued and alive, and a resend of an
+    // attempt whose reply was lost keeps the place the first send took (`fair_acquire.lua`, the
+    // call's mark). It can only have lost its turn by having it: a grant whose reply or message
+    // never came back, so the lock passed on once that hold ran out. A snapshot showing it among
+    // the holders is that turn (such a hold lasts the grant's TTL, a liveness window, or more).
+    let lost = h.fault_near(&a.proc, s.t0, until, grace)?;
+    snaps
+        .iter()
+        .filter(|x| x.t0 >= s.t0 && x.t1 <= until)
+        .any(|x| x.holders.contains(&a.field))
+        .then(|| format!("{lost}, and it held the lock meanwhile"))
 }
+
+/// The proxy fault that drops every reply to one process while its requests still arrive.
+const LOST_REPLIES: &str = "proxy-lost-replies";
 
 /// Fixed leases under this many ms are "near the validity margin" (the workload draws 3 to 8 ms
 /// there; its other leases start at 60 ms).
@@ -483,6 +496,82 @@ mod tests {
         // A fault elsewhere does not.
         h.faults[0].scope = Scope::Proc("p1x".into());
         assert_eq!(rules(&h), vec!["fifo-order"]);
+    }
+
+    #[test]
+    fn replies_lost_to_a_waiter_do_not_excuse_its_overtake_unless_it_had_its_turn() {
+        // A ahead of B at 100 ms; B granted token 2 at 150 ms, A token 3 at 300 ms. Replies to
+        // A's process were lost around then (its requests still reached Redis): its attempts
+        // and heartbeats ran, so its place was never legitimately lost. That is how a resend of
+        // a first attempt that dropped its own entry showed (fixed in `fair_acquire.lua`).
+        let mut h = hist();
+        h.snapshots.push(snap("fair", 100, 1, &["u:1", "v:1"]));
+        h.add_events(call(
+            "b",
+            "p1",
+            "fair",
+            "v:1",
+            60,
+            None,
+            150,
+            Outcome::Granted,
+            Some(2),
+        ));
+        h.add_events(call(
+            "a",
+            "p0",
+            "fair",
+            "u:1",
+            50,
+            None,
+            300,
+            Outcome::Granted,
+            Some(3),
+        ));
+        h.faults.push(Fault {
+            kind: "proxy-lost-replies".into(),
+            scope: Scope::Proc("p0".into()),
+            t0: 20 * MS,
+            t1: 130 * MS,
+        });
+        assert_eq!(rules(&h), vec!["fifo-order"]);
+        // Seen holding the lock before B's grant: A had its turn (a grant whose reply was lost).
+        let mut turn = snap("fair", 120, 1, &["v:1"]);
+        turn.holders = vec!["u:1".into()];
+        h.snapshots.push(turn);
+        assert!(rules(&h).is_empty());
+        // Any other fault still lets its place go.
+        let mut h2 = hist();
+        h2.snapshots.push(snap("fair", 100, 1, &["u:1", "v:1"]));
+        h2.add_events(call(
+            "b",
+            "p1",
+            "fair",
+            "v:1",
+            60,
+            None,
+            150,
+            Outcome::Granted,
+            Some(2),
+        ));
+        h2.add_events(call(
+            "a",
+            "p0",
+            "fair",
+            "u:1",
+            50,
+            None,
+            300,
+            Outcome::Granted,
+            Some(3),
+        ));
+        h2.faults.push(Fault {
+            kind: "proxy-lost-requests".into(),
+            scope: Scope::Proc("p0".into()),
+            t0: 20 * MS,
+            t1: 130 * MS,
+        });
+        assert!(rules(&h2).is_empty());
     }
 
     /// A's previous call on the name ("a0", dropped at 95 ms) and its next one ("a", from 96 ms,

@@ -307,9 +307,22 @@ impl History {
     /// Faults touching `proc` (global ones included) whose window, widened by `grace` after its
     /// end, overlaps `[t0, t1]`; runtime stalls of `proc` count as faults.
     pub fn fault_near(&self, proc: &str, t0: u64, t1: u64, grace: Duration) -> Option<String> {
+        self.fault_near_where(proc, t0, t1, grace, |_| true)
+    }
+
+    /// [`fault_near`](Self::fault_near), counting only the faults `counts` accepts (runtime
+    /// stalls always count).
+    pub fn fault_near_where(
+        &self,
+        proc: &str,
+        t0: u64,
+        t1: u64,
+        grace: Duration,
+        counts: impl Fn(&Fault) -> bool,
+    ) -> Option<String> {
         let g = grace.as_nanos() as u64;
         for f in &self.faults {
-            if f.touches(proc) && f.t0 <= t1 && f.t1 + g >= t0 {
+            if counts(f) && f.touches(proc) && f.t0 <= t1 && f.t1 + g >= t0 {
                 return Some(format!(
                     "{} {:?} {}..{}",
                     f.kind,
