@@ -144,6 +144,45 @@ async fn a_fixed_lease_granted_directly_gets_its_whole_lease() {
     assert!(!raw.exists::<_, bool>(name).unwrap());
 }
 
+/// The holder re-enters with a short lease right after a direct grant, before the grant's short
+/// TTL is extended. The re-entry's grant covers its own lease only: the first hold's extension to
+/// its 60 s lease still runs and confirms it. (Before, the re-entry's grant counted as that
+/// extension: the first guard stayed trusted for the grant's TTL only and reported its lease
+/// expired at ~5 s while Redis kept the lock for the lease.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_right_after_a_direct_grant_keeps_its_whole_lease() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let a = Client::connect(&server.url()).await.unwrap();
+    let b = Client::connect(&server.url()).await.unwrap();
+    let name = "direct-reentry";
+    let held = a.fair_lock(name).lock().await.unwrap();
+    let lb = b.fair_lock(name);
+    let waiter = tokio::spawn(async move {
+        lb.try_lock(Duration::from_secs(20), Some(Duration::from_secs(60)))
+            .await
+    });
+    wait_queued(&mut raw, name, 1);
+    held.unlock().await.unwrap();
+    let guard = waiter.await.unwrap().unwrap().expect("granted");
+    // Re-entered and released at once: well before the extension, a third of the 5 s liveness
+    // window after the grant.
+    let again = guard.reenter(Some(Duration::from_secs(2))).await.unwrap();
+    again.unlock().await.unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "trusted for the 60 s lease",
+        || guard.valid_until() > std::time::Instant::now() + Duration::from_secs(50),
+    );
+    assert!(!guard.is_lost());
+    assert!(
+        raw.pttl::<_, i64>(name).unwrap() > 50_000,
+        "Redis has the lease"
+    );
+    guard.unlock().await.unwrap();
+    assert!(!raw.exists::<_, bool>(name).unwrap());
+}
+
 /// Writes stall (`CLIENT PAUSE WRITE`, 2.5 s) right after a direct hand-off, across the moment
 /// the new holder extends the grant's short TTL (a third of the 5 s liveness window in) with a
 /// 500 ms command timeout. The extension is retried as the watchdog retries a renewal, so the

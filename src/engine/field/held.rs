@@ -610,8 +610,10 @@ impl FieldTurn {
             a.uncertain = 0;
             a.grants += 1;
             a.pending_nonce = 0;
-            // The script gave the lock at least this hold's whole lease.
-            a.unconfirmed = false;
+            // `unconfirmed` stays: the script gave the lock this attempt's lease, which need not
+            // cover a direct grant's hold still waiting for its extension (a re-entry with a
+            // shorter lease right after the grant); that hold's extension still runs, and its
+            // answer (sent after this grant) confirms it.
         });
     }
 
