@@ -131,7 +131,9 @@ impl Semaphore {
     ///
     /// # Cancel safety
     /// Cancel safe: one atomic script; dropped, it either ran or did not (a drain whose reply is
-    /// lost is not resent).
+    /// lost is not resent by this library). On a cluster, redis-rs sends a command again by
+    /// itself after a dropped connection; a drain run twice that way answers 0 from its second
+    /// run, though its first run took the permits.
     pub async fn drain(&self) -> Result<i64> {
         self.check()?;
         let mut conn = self.core.inner.conn.clone();
