@@ -717,3 +717,93 @@ async fn a_read_release_reads_the_hash_once() {
     }
     assert!(!raw.exists::<_, bool>("rw:walk").unwrap());
 }
+
+/// A reader's give-up fails (its user may not run scripts for a moment), so its entry stays in
+/// the writer-preferring queue, ahead of a writer that came after it. The reader's client does
+/// not hand that call's holder id to its next call: that call joins at the tail, behind the
+/// writer, instead of entering in the place the failed give-up left (it did, before the field
+/// remembered the failure).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_after_a_failed_read_give_up_waits_behind_later_arrivals() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let acl = |rule: &[&str]| {
+        let mut c = server.conn();
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("reader")
+            .arg(rule)
+            .query(&mut c)
+            .unwrap();
+    };
+    acl(&["on", ">pw", "~*", "&*", "+@all"]);
+    let url = format!("redis://reader:pw@127.0.0.1:{}", server.port());
+    let build = |url: String| async move {
+        Client::builder()
+            .standalone(url.as_str())
+            .watchdog_timeout(Duration::from_secs(5))
+            // Long enough that the failed give-up's entry is still alive when the next call
+            // starts: a dead one would be purged and prove nothing.
+            .waiter_liveness(Duration::from_secs(5))
+            .command_timeout(Duration::from_millis(500))
+            .build()
+            .await
+            .unwrap()
+    };
+    let ours = build(url).await;
+    let other = build(server.url()).await;
+    let name = "rw:failed-give-up";
+    let theirs = other.read_write_lock(name).writer_preferring();
+    let holder = theirs.write_lock().lock().await.unwrap();
+    let rw = ours.read_write_lock(name).writer_preferring();
+
+    let first = {
+        let side = rw.read_lock();
+        tokio::spawn(async move { side.try_lock(Duration::from_millis(1500), None).await })
+    };
+    queued(&rw, 1).await;
+    let stale = rw.state().await.unwrap().queue[0].field.clone();
+    let writer = {
+        let side = theirs.write_lock();
+        tokio::spawn(async move { side.try_lock(Duration::from_secs(30), None).await })
+    };
+    queued(&rw, 2).await;
+    // Our user may not run scripts: the reader's wait ends and its give-up is refused.
+    acl(&["-eval", "-evalsha"]);
+    let outcome = support::joined(first, Duration::from_secs(10), "the first read call").await;
+    assert!(!matches!(outcome, Ok(Some(_))), "not granted");
+    acl(&["+eval", "+evalsha"]);
+    let queue: Vec<String> = rw
+        .state()
+        .await
+        .unwrap()
+        .queue
+        .into_iter()
+        .map(|w| w.field)
+        .collect();
+    assert_eq!(queue.first(), Some(&stale), "the entry stayed: {queue:?}");
+
+    // Our next read call joins behind the writer.
+    let next = {
+        let side = rw.read_lock();
+        tokio::spawn(async move { side.try_lock(Duration::from_secs(30), None).await })
+    };
+    queued(&rw, 3).await;
+    holder.unlock().await.unwrap();
+    let w = support::joined(writer, Duration::from_secs(20), "the writer")
+        .await
+        .unwrap()
+        .expect("the writer is served before our next reader");
+    assert!(
+        !next.is_finished(),
+        "our next reader waits behind the writer"
+    );
+    w.unlock().await.unwrap();
+    let r = support::joined(next, Duration::from_secs(20), "our next reader")
+        .await
+        .unwrap()
+        .expect("served after the writer");
+    r.unlock().await.unwrap();
+    let left: Vec<String> = raw.keys("*failed-give-up*").unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}

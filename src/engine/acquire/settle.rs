@@ -54,6 +54,7 @@ pub(super) async fn give_up_logged(held: &Held, turn: &FieldTurn, spec: &LockSpe
     let expected = turn.give_up_started();
     let mut conn = held.inner.conn.clone();
     let outcome = wire::give_up(&mut conn, spec, field, expected).await;
+    turn.give_up_ended(outcome.is_ok());
     match outcome {
         Ok(outcome) => tracing::debug!(lock = spec.name(), field, ?outcome, "gave up waiting"),
         Err(e) => {

@@ -509,6 +509,12 @@ impl FieldTurn {
             a.count
         })
     }
+
+    /// A give-up was answered (`true`) or failed: the field's entry is gone, or may still be
+    /// queued (see [`Account::left_queued`]).
+    pub(crate) fn give_up_ended(&self, answered: bool) {
+        self.with(|a| a.left_queued = !answered);
+    }
 }
 
 impl LossLog {

@@ -200,7 +200,7 @@ impl Drop for Held {
         if flags & !SUBSCRIBED == PER_CALL {
             let clean = self
                 .lane
-                .with(|a| a.count == 0 && a.uncertain == 0 && !a.dark);
+                .with(|a| a.count == 0 && a.uncertain == 0 && !a.dark && !a.left_queued);
             if clean {
                 let subscribed = flags & SUBSCRIBED != 0;
                 self.inner
@@ -436,7 +436,8 @@ impl Helds {
 
 /// What one field holds, kept in its lane. Its fields are private to `field/`: the turn's
 /// events (`Turn<Held>`, below) are the only way to change `count`, `uncertain`,
-/// `gen`, `grants`, `dark`, `pending_nonce` and `unconfirmed`, so only the turn holder can; the
+/// `gen`, `grants`, `dark`, `pending_nonce`, `unconfirmed` and `left_queued`, so only the turn
+/// holder can; the
 /// guards' bookkeeping (live guards, pending releases, waiting calls) is changed by `Held`'s
 /// own events, under the lane's mutex.
 ///
@@ -483,6 +484,10 @@ pub(crate) struct Account {
     /// waiter liveness window), and no extension has been answered yet: the watchdog extends
     /// it, with its renewal rules, and until then the hold is trusted for the grant's TTL only.
     pub(super) unconfirmed: bool,
+    /// A give-up of the field failed since its last grant or answered give-up: an entry of it
+    /// may still wait in a queue (the read-write lock's writer-preferring one keeps its place for
+    /// a liveness window), so its call holder is not handed to a later call meanwhile.
+    pub(super) left_queued: bool,
 }
 
 /// One live guard with a fixed lease.
@@ -610,6 +615,7 @@ impl FieldTurn {
             a.uncertain = 0;
             a.grants += 1;
             a.pending_nonce = 0;
+            a.left_queued = false;
             // `unconfirmed` stays: the script gave the lock this attempt's lease, which need not
             // cover a direct grant's hold still waiting for its extension (a re-entry with a
             // shorter lease right after the grant); that hold's extension still runs, and its
