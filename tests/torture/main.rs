@@ -19,7 +19,8 @@
 //!
 //! CI runs `torture_seed_1..3` (fixed seeds) and `torture_fresh_seed` one after the other,
 //! about 15 s each (12 s of load, then teardown and the check), with every operation and every
-//! fault kind on. The long runs `benches/RESULTS.md` reports: `FAIRLOCK_TORTURE_SECS=1800 cargo
+//! fault kind on, against the first server of its list only (`scripts/test.sh`: Redis 7.0); the
+//! checker's own tests run against every server. The long runs `benches/RESULTS.md` reports: `FAIRLOCK_TORTURE_SECS=1800 cargo
 //! nextest run --all-features --profile long --test torture torture_fresh_seed --no-capture` (the
 //! `long` profile lifts the default profile's 3-minute limit).
 //!
