@@ -725,6 +725,11 @@ async fn a_read_release_reads_the_hash_once() {
 /// remembered the failure).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_after_a_failed_read_give_up_waits_behind_later_arrivals() {
+    let name = "rw:failed-give-up";
+    // The reader's call ends at its deadline and gives up there, or earlier, when an attempt
+    // (a heartbeat's nudge) is refused: then its give-up runs in the background. Either way the
+    // ACL is lifted only once that give-up has failed.
+    let give_ups_failed = support::EventCount::watch("give-up failed", name);
     let server = RedisServer::start();
     let mut raw = server.conn();
     let acl = |rule: &[&str]| {
@@ -752,7 +757,6 @@ async fn a_call_after_a_failed_read_give_up_waits_behind_later_arrivals() {
     };
     let ours = build(url).await;
     let other = build(server.url()).await;
-    let name = "rw:failed-give-up";
     let theirs = other.read_write_lock(name).writer_preferring();
     let holder = theirs.write_lock().lock().await.unwrap();
     let rw = ours.read_write_lock(name).writer_preferring();
@@ -772,6 +776,11 @@ async fn a_call_after_a_failed_read_give_up_waits_behind_later_arrivals() {
     acl(&["-eval", "-evalsha"]);
     let outcome = support::joined(first, Duration::from_secs(10), "the first read call").await;
     assert!(!matches!(outcome, Ok(Some(_))), "not granted");
+    support::wait_until(
+        Duration::from_secs(10),
+        "the reader's give-up fails",
+        || give_ups_failed.get() > 0,
+    );
     acl(&["+eval", "+evalsha"]);
     let queue: Vec<String> = rw
         .state()
