@@ -549,3 +549,77 @@ async fn a_killed_head_waiter_delays_the_next_by_at_most_the_liveness_window() {
     );
     g.unlock().await.unwrap();
 }
+
+/// A handle that locks over and over keeps one field, and the driver hears only of grants its
+/// timers for that field do not cover already (engine `Watch`): a later grant counts on the
+/// renewal and validity timers an earlier one armed. Seeded: holds of the watchdog (short, or
+/// several timeouts long), holds with a fixed lease (released early, or left to expire), and
+/// idle gaps (in which renewals of the released field come due and stop), in a random order.
+/// Every long watchdog hold must still be renewed, every lease must expire at its deadline, and
+/// nothing is left behind. Replay with `FAIRLOCK_WARM_SEED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_the_driver_is_not_told_of_keep_their_renewals() {
+    let seed = support::seed("FAIRLOCK_WARM_SEED");
+    let mut rng = support::Rng::new(seed);
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let timeout = Duration::from_millis(600);
+    let c = fast_client(&server.url(), timeout, Duration::from_secs(5)).await;
+    let lock = c.fair_lock("warm");
+    let mut long_holds = 0;
+    for step in 0..40 {
+        match rng.below(5) {
+            0 | 1 => {
+                let long = rng.below(3) == 0;
+                let guard = lock.lock().await.unwrap();
+                if long {
+                    long_holds += 1;
+                    // Holding the lock past its watchdog timeout IS the scenario.
+                    let hold = timeout + Duration::from_millis(200 + rng.below(400));
+                    tokio::time::sleep(hold).await;
+                    let pttl: i64 = raw.pttl("warm").unwrap();
+                    assert!(
+                        !guard.is_lost() && pttl > 0,
+                        "seed {seed}, step {step}: a watchdog hold of {hold:?} was not renewed \
+                         (pttl {pttl})"
+                    );
+                } else {
+                    tokio::time::sleep(Duration::from_millis(rng.below(20))).await;
+                }
+                guard.unlock().await.unwrap();
+            }
+            2 => {
+                let lease = Duration::from_millis(150 + rng.below(200));
+                let guard = lock.lock_with_lease(lease).await.unwrap();
+                if rng.below(2) == 0 {
+                    guard.unlock().await.unwrap();
+                } else {
+                    assert_eq!(guard.lost().await, LostReason::LeaseExpired, "seed {seed}");
+                    assert!(Instant::now() >= guard.valid_until(), "seed {seed}");
+                    drop(guard);
+                    wait_until(Duration::from_secs(2), "the lease runs out", || {
+                        !raw.exists::<_, bool>("warm").unwrap()
+                    });
+                }
+            }
+            _ => {
+                // An idle gap: renewals of the released field come due (every 200 ms) and stop.
+                tokio::time::sleep(Duration::from_millis(rng.below(500))).await;
+            }
+        }
+        assert!(
+            !raw.exists::<_, bool>("warm").unwrap(),
+            "seed {seed}, step {step}: the lock is left behind"
+        );
+    }
+    // And one more long hold right after a short one, whatever the draw.
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    let guard = lock.lock().await.unwrap();
+    tokio::time::sleep(timeout * 2).await;
+    assert!(
+        !guard.is_lost(),
+        "seed {seed}: the last hold was not renewed"
+    );
+    guard.unlock().await.unwrap();
+    eprintln!("seed {seed}: {} long watchdog holds", long_holds + 1);
+}

@@ -39,7 +39,9 @@ impl Hold {
     /// A hold just registered in `held`'s account (`engine/acquire/call.rs`), already counted
     /// live at its epoch by the registration.
     pub(crate) fn new(held: Arc<Held>, registered: Registered, token: Option<u64>) -> Self {
-        let Registered { gen, hold, epoch } = registered;
+        let Registered {
+            gen, hold, epoch, ..
+        } = registered;
         Hold {
             held,
             gen,
@@ -128,6 +130,7 @@ impl Hold {
             held: self.held.clone(),
             watchdog: false,
             confirm: None,
+            deadline: None,
         });
         if !still_held || self.is_lost() {
             return Err(Error::NotHeld);

@@ -1,7 +1,7 @@
 //! One acquisition call: its request, its record in the metrics, and the waiter that runs it:
 //! the loop of attempts (below).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
@@ -30,7 +30,12 @@ use crate::wire::{self, AcquireArgs, Attempt, Mode, QueuePlace};
 /// and force-unlocks are in `lock/handle.rs`.
 ///
 /// A handle without a holder gives every acquisition call a holder of its own
-/// ([`Helds::call_holder`](crate::engine::field::Helds::call_holder)), so its calls never share a hold; one given a holder
+/// ([`Helds::call_holder`](crate::engine::field::Helds::call_holder)), so its calls never share
+/// a hold. It keeps the field of its last call that took the lock (`warm`, shared by its
+/// clones): the next call takes that holder over when nothing else refers to the field any more
+/// and nothing of it is left (the rule the registry applies to the ids it gives back), so a
+/// handle that locks and unlocks over and over keeps one field, with its driver timers (see
+/// `Watch`), instead of making and dropping one per call. One given a holder
 /// (`with_holder`) makes all its calls that one holder. Making a handle never does I/O or fails:
 /// a name that cannot be used is reported by every operation as `Error::InvalidName`.
 #[derive(Clone, Debug)]
@@ -42,6 +47,8 @@ pub(crate) struct Handle {
     /// `None`: every acquisition call is its own holder.
     holder: Option<i64>,
     fenced: bool,
+    /// The field of the last call that took the lock, while the handle lives.
+    warm: Arc<Mutex<Option<Arc<Held>>>>,
 }
 
 impl Handle {
@@ -58,6 +65,7 @@ impl Handle {
             spec,
             holder: None,
             fenced: false,
+            warm: Arc::default(),
         }
     }
 
@@ -106,12 +114,15 @@ impl Handle {
         lease: Option<Duration>,
     ) -> Result<Option<Hold>> {
         let spec = self.spec()?;
-        let (holder, per_call, lingering) = match self.holder {
-            Some(holder) => (holder, false, true),
-            None => {
-                let (holder, subscribed) = self.inner.helds.call_holder(spec.name());
-                (holder, true, subscribed)
-            }
+        let (holder, per_call, lingering, warm) = match self.holder {
+            Some(holder) => (holder, false, true, None),
+            None => match self.take_warm() {
+                Some((held, subscribed)) => (held.holder_id(), true, subscribed, Some(held)),
+                None => {
+                    let (holder, subscribed) = self.inner.helds.call_holder(spec.name());
+                    (holder, true, subscribed, None)
+                }
+            },
         };
         let req = Request {
             holder,
@@ -121,7 +132,30 @@ impl Handle {
             lease,
             fenced: self.fenced,
         };
-        acquire(&self.inner, spec, req).await
+        // `warm` keeps the field alive until the call has found it in the registry.
+        let result = acquire(&self.inner, spec, req).await;
+        drop(warm);
+        if let (true, Ok(Some(hold))) = (per_call, &result) {
+            let old = self.warm_slot().replace(hold.field().clone());
+            drop(old);
+        }
+        result
+    }
+
+    fn warm_slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<Held>>> {
+        self.warm.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The kept field, if a call may take its holder over now: nothing else refers to it and
+    /// [`Held::reusable`] says yes (with whether its waiter channel may linger). A kept field
+    /// that is still in use is let go (its `Drop` gives the id back later, as for any field).
+    fn take_warm(&self) -> Option<(Arc<Held>, bool)> {
+        let held = self.warm_slot().take()?;
+        if Arc::strong_count(&held) != 1 {
+            return None;
+        }
+        let subscribed = held.reusable()?;
+        Some((held, subscribed))
     }
 
     /// An acquisition call that waits as long as it takes.
@@ -690,18 +724,22 @@ impl Waiter {
             release.run().await;
             return Ok(None);
         };
+        let (tell_driver, deadline) = (registered.tell_driver, registered.valid_until);
         let guard = Hold::new(held.clone(), registered, token);
         // A direct grant's short TTL is extended a third of it in, as the watchdog renews a
         // third of its timeout in: a hold released sooner (the common case under contention)
-        // costs nothing more.
-        self.inner.driver.send_lazy(Work::Acquired {
-            held: held.clone(),
-            watchdog: self.lease.is_watchdog(),
-            confirm: confirm.then(|| Confirm {
-                at: sent + covered / 3,
-                period: covered / 3,
-            }),
-        });
+        // costs nothing more. A grant the driver's timers already cover costs it nothing.
+        if tell_driver {
+            self.inner.driver.send_lazy(Work::Acquired {
+                held: held.clone(),
+                watchdog: self.lease.is_watchdog(),
+                confirm: confirm.then(|| Confirm {
+                    at: sent + covered / 3,
+                    period: covered / 3,
+                }),
+                deadline: Some(deadline),
+            });
+        }
         drop(turn);
         tracing::debug!(waited = ?sent.elapsed(), "acquired");
         Ok(Some(guard))

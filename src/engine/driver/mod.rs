@@ -3,7 +3,8 @@
 //! Work arrives over an unbounded channel from lock handles, guards and dropped futures (so `Drop`
 //! never does I/O), and from the driver's own I/O tasks reporting back; registering and forgetting
 //! a held lock goes through a lazy inbox the driver reads on its next tick instead, so the
-//! uncontended lock/unlock path never wakes it. The concerns live one per file:
+//! uncontended lock/unlock path never wakes it; and a grant its timers already cover ([`Watch`])
+//! is not sent at all. The concerns live one per file:
 //!
 //! * [`work`]: what the driver is sent ([`Work`]) and the handle that sends it ([`DriverHandle`]);
 //! * [`wheel`]: the hashed timing wheel, a pure data structure over integer ticks;
@@ -30,5 +31,5 @@ mod work;
 pub(crate) use heartbeat::WaiterBeat;
 pub(crate) use run::start;
 pub(crate) use run_to_end::RunToEnd;
-pub(crate) use tracked::Tracked;
+pub(crate) use tracked::{Tracked, Watch};
 pub(crate) use work::{Confirm, DriverHandle, Work};

@@ -135,9 +135,10 @@ impl Driver {
                 held,
                 watchdog,
                 confirm,
+                deadline,
             } => self
                 .watchdog
-                .on_acquired(&mut self.timers, &held, watchdog, confirm),
+                .on_acquired(&mut self.timers, &held, watchdog, confirm, deadline),
             Work::Forget { id } => self.watchdog.forget(&mut self.timers, id),
             Work::Permits(lease) => self.watchdog.on_permits(&mut self.timers, &lease),
             Work::Waiter(waiter) => {

@@ -33,4 +33,24 @@ pub(crate) trait Tracked: Send + Sync + std::fmt::Debug + 'static {
     fn valid_until(&self) -> Option<Instant>;
     /// Tells every live guard the holds are lost.
     fn mark_lost(&self, reason: LostReason);
+    /// The driver starts a step that may change the field's timers: from now on, a grant that
+    /// counts on the published [`Watch`] is noted.
+    fn watch_look(&self);
+    /// Publishes what the driver's timers for the field cover, unless a grant counted on the
+    /// published watch since [`watch_look`](Self::watch_look): it may have counted on a timer
+    /// the driver dropped since, so `false` asks the driver to look again.
+    fn publish_watch(&self, watch: Watch) -> bool;
+}
+
+/// What the driver's timers for one field cover, as the driver last published it. A grant
+/// registered within it needs no message to the driver: both timers look at the field again
+/// when they fire, so a validity timer due no later than the new deadline follows it, and an
+/// armed renewal timer renews a watchdog hold on the common grid. Only a field's first grant in
+/// a while (or one that needs more) costs the driver a look.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Watch {
+    /// When the field's validity timer fires, if one is armed.
+    pub(crate) validity_at: Option<Instant>,
+    /// A renewal timer is armed.
+    pub(crate) renewing: bool,
 }

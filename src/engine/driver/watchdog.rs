@@ -19,6 +19,13 @@
 //!   grid and a fixed one needs nothing more. Until then the hold is trusted for the grant's
 //!   TTL only.
 //!
+//! * What the timers of a lock cover is published to its field after every step that changes
+//!   them ([`Watch`]), so a grant they already cover is not sent to the driver at all. A step
+//!   reads the field's registrations before it looks at the field and publishes only if none
+//!   came since; otherwise it arms the entry again for what the field holds now and publishes
+//!   that. So a grant either found its timers published (and they look at the field again when
+//!   they fire), or was registered before the driver looked, or after it published.
+//!
 //! It must never renew a lock none of whose holds is a live watchdog hold, never let a renewal
 //! reply speak for a grant made after the renewal was sent, and never stop renewing silently:
 //! every way out of the renewal cycle either follows the last watchdog hold's release or marks the
@@ -31,7 +38,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::timers::{Timer, Timers};
-use super::tracked::Tracked;
+use super::tracked::{Tracked, Watch};
 use super::wheel::TimerHandle;
 use super::work::{Confirm, Work};
 use crate::conn::Conn;
@@ -49,6 +56,8 @@ struct HeldEntry {
     held: Weak<dyn Tracked>,
     renew: Option<TimerHandle>,
     validity: Option<TimerHandle>,
+    /// When `validity` fires.
+    validity_at: Option<Instant>,
     failures: u8,
     in_flight: bool,
     /// A renewal came due while the previous one was still in flight (a slow or stalled
@@ -113,24 +122,66 @@ impl Watchdog {
         held: &Arc<dyn Tracked>,
         watchdog: bool,
         confirm: Option<Confirm>,
+        deadline: Option<Instant>,
+    ) {
+        held.watch_look();
+        self.arm(timers, held, watchdog, confirm, deadline);
+        self.publish(timers, Some(held.clone()));
+    }
+
+    /// The field of `id`, told that a step starts looking at it (see
+    /// [`publish`](Self::publish)).
+    fn look(&self, id: u64) -> Option<Arc<dyn Tracked>> {
+        let held = self.helds.get(&id)?.held.upgrade()?;
+        held.watch_look();
+        Some(held)
+    }
+
+    /// After a step on one entry: publishes what its timers now cover to its field. A grant
+    /// that counted on the old watch since [`look`](Self::look) may have counted on a timer the
+    /// step dropped: the entry is armed again for what the field holds now, and that is
+    /// published instead.
+    fn publish(&mut self, timers: &mut Timers, looked: Option<Arc<dyn Tracked>>) {
+        let Some(held) = looked else {
+            return;
+        };
+        let id = held.id();
+        loop {
+            let watch = self.helds.get(&id).map_or(Watch::default(), |e| Watch {
+                validity_at: e.validity_at,
+                renewing: e.renew.is_some(),
+            });
+            if held.publish_watch(watch) {
+                return;
+            }
+            held.watch_look();
+            self.arm(timers, &held, held.wants_renewal(), None, None);
+        }
+    }
+
+    /// Arms the validity timer of `held` at its deadline (`deadline` when it has none any more),
+    /// and its renewals as [`on_acquired`](Self::on_acquired) says.
+    fn arm(
+        &mut self,
+        timers: &mut Timers,
+        held: &Arc<dyn Tracked>,
+        watchdog: bool,
+        confirm: Option<Confirm>,
+        deadline: Option<Instant>,
     ) {
         let id = held.id();
         let entry = self.helds.entry(id).or_insert_with(|| HeldEntry {
             held: Arc::downgrade(held),
             renew: None,
             validity: None,
+            validity_at: None,
             failures: 0,
             in_flight: false,
             missed: false,
             confirm_period: None,
             short_period: None,
         });
-        if let Some(h) = entry.validity.take() {
-            timers.cancel(h);
-        }
-        entry.validity = held
-            .valid_until()
-            .map(|at| timers.schedule(at, Timer::Validity(id)));
+        set_validity(timers, entry, id, held.valid_until().or(deadline));
         if let Some(confirm) = confirm {
             if let Some(h) = entry.renew.take() {
                 timers.cancel(h);
@@ -181,6 +232,12 @@ impl Watchdog {
         now: Instant,
         out: &mut Vec<u64>,
     ) {
+        let looked = self.look(id);
+        self.renewal_step(timers, id, now, out);
+        self.publish(timers, looked);
+    }
+
+    fn renewal_step(&mut self, timers: &mut Timers, id: u64, now: Instant, out: &mut Vec<u64>) {
         let Some(entry) = self.helds.get_mut(&id) else {
             return;
         };
@@ -208,18 +265,23 @@ impl Watchdog {
     /// A validity timer fired: let the field mark its guards lost if the deadline passed, and
     /// follow the deadline if it moved.
     pub(super) fn validity_due(&mut self, timers: &mut Timers, id: u64, now: Instant) {
+        let looked = self.look(id);
+        self.validity_step(timers, id, now);
+        self.publish(timers, looked);
+    }
+
+    fn validity_step(&mut self, timers: &mut Timers, id: u64, now: Instant) {
         let Some(entry) = self.helds.get_mut(&id) else {
             return;
         };
         entry.validity = None;
+        entry.validity_at = None;
         let Some(held) = entry.held.upgrade() else {
             self.forget(timers, id);
             return;
         };
         match held.check_validity() {
-            Some(at) if at > now => {
-                entry.validity = Some(timers.schedule(at, Timer::Validity(id)));
-            }
+            Some(at) if at > now => set_validity(timers, entry, id, Some(at)),
             _ => {
                 // Nothing valid any more: the holds are lost (or gone); stop renewing them.
                 self.forget(timers, id);
@@ -313,6 +375,7 @@ impl Watchdog {
         sent: Instant,
         results: Vec<Result<RenewOutcome>>,
     ) -> Vec<u64> {
+        let looked: Vec<_> = ids.iter().filter_map(|&(id, _)| self.look(id)).collect();
         let mut retry = Vec::new();
         let mut failed = 0usize;
         let mut first_error = None;
@@ -356,12 +419,7 @@ impl Watchdog {
                         entry.renew = Some(timers.schedule(at, Timer::Renew(id)));
                     }
                     held.renewed(sent, short.unwrap_or(self.timeout), grants, short.is_some());
-                    if let Some(h) = entry.validity.take() {
-                        timers.cancel(h);
-                    }
-                    entry.validity = held
-                        .valid_until()
-                        .map(|at| timers.schedule(at, Timer::Validity(id)));
+                    set_validity(timers, entry, id, held.valid_until());
                     if entry.confirm_period.is_some() && !held.unconfirmed() {
                         // The direct grant is extended: a watchdog hold goes on the common
                         // grid, a fixed one needs no renewal.
@@ -405,6 +463,9 @@ impl Watchdog {
         if let Some(e) = first_error {
             tracing::warn!(error = %crate::error::chain(&e), locks = failed, "lock renewal failed");
         }
+        for looked in looked {
+            self.publish(timers, Some(looked));
+        }
         retry
     }
 
@@ -412,6 +473,15 @@ impl Watchdog {
     pub(super) fn shutdown(&mut self) {
         self.helds.clear();
     }
+}
+
+/// (Re)arms the validity timer of an entry at `at` (none: disarms it).
+fn set_validity(timers: &mut Timers, entry: &mut HeldEntry, id: u64, at: Option<Instant>) {
+    if let Some(h) = entry.validity.take() {
+        timers.cancel(h);
+    }
+    entry.validity = at.map(|at| timers.schedule(at, Timer::Validity(id)));
+    entry.validity_at = at;
 }
 
 /// Renews expirable-semaphore permits in one batch, from a spawned task that reports each

@@ -16,11 +16,15 @@ use crate::wire::batch::Beat;
 /// Work for the driver.
 pub(crate) enum Work {
     /// A hold was taken on `held` (lazy): arm its validity timer, and its renewals when it is a
-    /// watchdog hold or a direct grant to extend (`confirm`).
+    /// watchdog hold or a direct grant to extend (`confirm`). `deadline` is the validity deadline
+    /// the grant left, where the timer goes when the hold is already gone by the time the driver
+    /// looks (it then finds nothing and lets the entry go; until then, later grants of the field
+    /// find their timers armed).
     Acquired {
         held: Arc<dyn Tracked>,
         watchdog: bool,
         confirm: Option<Confirm>,
+        deadline: Option<Instant>,
     },
     /// Nothing refers to the field `id` any more (lazy): stop its timers.
     Forget { id: u64 },

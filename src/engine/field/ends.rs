@@ -10,6 +10,7 @@ use super::held::{
     from_nanos, Account, DeadlineCell, FieldTurn, FixedHold, Held, HeldKey, Helds, HoldRef, Loss,
     LossLog, Reading, Snapshot, What, SEEN_PASSED,
 };
+use crate::engine::driver::Watch;
 use crate::engine::validity::{validity_deadline, LostReason};
 use crate::keys::LockSpec;
 use crate::wire::ReleaseArgs;
@@ -126,7 +127,7 @@ impl Held {
         account.gen += 1;
         account.pending_releases = 0;
         account.watchdog_guards = 0;
-        account.watchdog_valid = None;
+        account.set_watchdog_valid(None);
         account.fixed.clear();
         account.unconfirmed = false;
         self.bump(reason, Instant::now());
@@ -169,8 +170,8 @@ impl Held {
             }
             if a.watchdog_guards > 0 {
                 let valid = validity_deadline(sent, timeout);
-                if shortened || a.watchdog_valid.is_none_or(|v| v < valid) {
-                    a.watchdog_valid = Some(valid);
+                if shortened || a.watchdog_valid().is_none_or(|v| v < valid) {
+                    a.set_watchdog_valid(Some(valid));
                 }
             }
             self.revalidate(a);
@@ -221,7 +222,7 @@ impl Held {
                     a.watchdog_guards = a.watchdog_guards.saturating_sub(1);
                     if a.watchdog_guards == 0 {
                         // The next watchdog hold earns its own validity.
-                        a.watchdog_valid = None;
+                        a.set_watchdog_valid(None);
                     }
                 }
                 Some(id) => a.fixed.retain(|h| h.id != id.get()),
@@ -287,6 +288,14 @@ impl crate::engine::driver::Tracked for Held {
 
     fn mark_lost(&self, reason: LostReason) {
         Held::mark_lost(self, reason)
+    }
+
+    fn watch_look(&self) {
+        self.lane.with(|a| a.watch.look())
+    }
+
+    fn publish_watch(&self, watch: Watch) -> bool {
+        self.lane.with(|a| a.watch.publish(watch))
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{watch, Notify};
 
+use crate::engine::driver::Watch;
 use crate::engine::inner::Inner;
 use crate::engine::lane::{Lane, LaneOwner, Turn};
 use crate::engine::validity::{validity_deadline, Lease, LostReason};
@@ -93,6 +94,23 @@ impl Held {
         crate::keys::split_field(&self.field)
             .1
             .expect("an owner field this client built ends with its holder id")
+    }
+
+    /// Whether a later call may take this field's holder over once nothing else refers to the
+    /// field, and if so whether its waiter channel may linger (`Some(subscribed)`): the holder
+    /// is a call's own and was never handed out, and Redis holds nothing of it by the client's
+    /// count. `Drop` asks this before it gives the id back to the registry
+    /// ([`Helds::reuse_holder`]); a lock handle that kept the field of its last call asks it
+    /// when it is the field's only holder (`Handle::acquire`).
+    pub(crate) fn reusable(&self) -> Option<bool> {
+        let flags = self.reuse.load(Ordering::Relaxed);
+        if flags & !SUBSCRIBED != PER_CALL {
+            return None;
+        }
+        let clean = self
+            .lane
+            .with(|a| a.count == 0 && a.uncertain == 0 && !a.dark && !a.left_queued);
+        clean.then_some(flags & SUBSCRIBED != 0)
     }
 
     /// The field's holder is a call's own: its id may be reused once nothing of it is left.
@@ -196,17 +214,10 @@ impl Drop for Held {
         // A call's own holder that left nothing Redis may hold unseen can serve a later call
         // (see `Helds::reuse_holder`). Nothing else refers to the field, so no guard, call or
         // work in its line is left; the account says whether Redis may still hold any of it.
-        let flags = *self.reuse.get_mut();
-        if flags & !SUBSCRIBED == PER_CALL {
-            let clean = self
-                .lane
-                .with(|a| a.count == 0 && a.uncertain == 0 && !a.dark && !a.left_queued);
-            if clean {
-                let subscribed = flags & SUBSCRIBED != 0;
-                self.inner
-                    .helds
-                    .holder_idle(self.spec.name(), self.holder_id(), subscribed);
-            }
+        if let Some(subscribed) = self.reusable() {
+            self.inner
+                .helds
+                .holder_idle(self.spec.name(), self.holder_id(), subscribed);
         }
     }
 }
@@ -457,8 +468,9 @@ pub(crate) struct Account {
     pub(super) grants: u64,
     /// Live guards of the current generation taken without a lease.
     pub(super) watchdog_guards: u32,
-    /// Validity earned by the last successful grant or renewal of a watchdog hold.
-    pub(super) watchdog_valid: Option<Instant>,
+    /// Validity earned by the last successful grant or renewal of a watchdog hold, in
+    /// nanoseconds since the clock base (0: none; see [`watchdog_valid`](Self::watchdog_valid)).
+    pub(super) watchdog_valid_ns: u64,
     /// Live guards of the current generation with a fixed lease.
     pub(super) fixed: Vec<FixedHold>,
     /// Guards of the current generation that have left the account and whose releases wait in
@@ -488,6 +500,53 @@ pub(crate) struct Account {
     /// may still wait in a queue (the read-write lock's writer-preferring one keeps its place for
     /// a liveness window), so its call holder is not handed to a later call meanwhile.
     pub(super) left_queued: bool,
+    /// What the driver's timers for the field cover, as it last published (see [`Watch`]).
+    pub(super) watch: WatchWord,
+}
+
+/// The driver's [`Watch`] of a field as it last published it, and whether a grant counted on it
+/// since the driver last looked at the field, in one word (the account stays within its size,
+/// see the `sizes` test): the validity timer's instant in nanoseconds since the clock base in
+/// the low 62 bits (0: no timer), then `renewing`, then "relied on".
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct WatchWord(u64);
+
+const WATCH_RENEWING: u64 = 1 << 62;
+const WATCH_RELIED: u64 = 1 << 63;
+const WATCH_AT: u64 = WATCH_RENEWING - 1;
+
+impl WatchWord {
+    /// Whether a hold that leaves the field valid until `valid_until` is looked after without
+    /// telling the driver (`watchdog`: the hold is renewed by the watchdog): the validity timer
+    /// fires no later (and then follows the new deadline), and a watchdog hold finds its
+    /// renewals armed.
+    pub(crate) fn covers(self, valid_until: Instant, watchdog: bool) -> bool {
+        let at = self.0 & WATCH_AT;
+        at != 0 && from_nanos(at) <= valid_until && (self.0 & WATCH_RENEWING != 0 || !watchdog)
+    }
+
+    /// A grant counted on the published watch instead of telling the driver.
+    pub(crate) fn rely(&mut self) {
+        self.0 |= WATCH_RELIED;
+    }
+
+    /// The driver starts looking at the field.
+    pub(crate) fn look(&mut self) {
+        self.0 &= !WATCH_RELIED;
+    }
+
+    /// Publishes `watch`, unless a grant counted on the old one since the driver looked: what it
+    /// counted on may be what the driver just dropped, so it must look again (`false`).
+    pub(crate) fn publish(&mut self, watch: Watch) -> bool {
+        if self.0 & WATCH_RELIED != 0 {
+            return false;
+        }
+        // An instant too far to store reads as no timer, which only ever costs a message.
+        let at = watch.validity_at.map_or(0, to_nanos);
+        let at = if at <= WATCH_AT { at } else { 0 };
+        self.0 = at | if watch.renewing { WATCH_RENEWING } else { 0 };
+        true
+    }
 }
 
 /// One live guard with a fixed lease.
@@ -523,6 +582,15 @@ impl Account {
         self.watchdog_guards > 0 || !self.fixed.is_empty()
     }
 
+    /// Validity earned by the last successful grant or renewal of a watchdog hold.
+    pub(crate) fn watchdog_valid(&self) -> Option<Instant> {
+        (self.watchdog_valid_ns != 0).then(|| from_nanos(self.watchdog_valid_ns))
+    }
+
+    pub(crate) fn set_watchdog_valid(&mut self, valid: Option<Instant>) {
+        self.watchdog_valid_ns = valid.map_or(0, to_nanos);
+    }
+
     /// Until when the live holds can be trusted, and whether the watchdog is what sets it.
     pub(crate) fn validity(&self) -> Option<(Instant, bool)> {
         let fixed = self
@@ -532,7 +600,7 @@ impl Account {
             .max()
             .map(|valid| (valid, false));
         let watchdog = (self.watchdog_guards > 0)
-            .then_some(self.watchdog_valid)
+            .then(|| self.watchdog_valid())
             .flatten()
             .map(|v| (v, true));
         match (fixed, watchdog) {
@@ -587,6 +655,10 @@ pub(crate) struct Registered {
     pub(crate) gen: u64,
     pub(crate) hold: HoldRef,
     pub(crate) epoch: u64,
+    /// The driver's published timers do not cover the hold: it must be told of the grant.
+    pub(crate) tell_driver: bool,
+    /// The field's validity deadline the grant left.
+    pub(crate) valid_until: Instant,
 }
 
 impl FieldTurn {
@@ -651,8 +723,8 @@ impl FieldTurn {
             let hold = match lease {
                 Lease::Watchdog => {
                     a.watchdog_guards += 1;
-                    if a.watchdog_valid.is_none_or(|v| v < own) {
-                        a.watchdog_valid = Some(own);
+                    if a.watchdog_valid().is_none_or(|v| v < own) {
+                        a.set_watchdog_valid(Some(own));
                     }
                     HoldRef::WATCHDOG
                 }
@@ -668,10 +740,17 @@ impl FieldTurn {
                 a.unconfirmed = true;
             }
             held.revalidate_at(a, now);
+            let valid_until = a.validity().map_or(trusted, |(until, _)| until);
+            let covered = a.watch.covers(valid_until, lease.is_watchdog());
+            if covered {
+                a.watch.rely();
+            }
             Some(Registered {
                 gen: a.gen,
                 hold,
                 epoch: held.guard_made(),
+                tell_driver: confirm || !covered,
+                valid_until,
             })
         })
     }

@@ -37,7 +37,7 @@ mod account {
         a.fixed.push(five);
         assert_eq!(a.validity(), Some((five.valid, false)));
         a.watchdog_guards = 1;
-        a.watchdog_valid = Some(t0 + Duration::from_secs(30));
+        a.set_watchdog_valid(Some(t0 + Duration::from_secs(30)));
         assert_eq!(a.validity(), Some((t0 + Duration::from_secs(30), true)));
         let sixty = FixedHold::new(2, t0, Duration::from_secs(60));
         a.fixed.push(sixty);
@@ -256,5 +256,54 @@ mod lease {
         let lease = Lease::new(Some(Duration::from_millis(1500))).unwrap();
         assert_eq!(lease.ttl_ms(Duration::from_secs(30)), 1500);
         assert_eq!(Lease::Watchdog.ttl_ms(Duration::from_secs(30)), 30_000);
+    }
+}
+
+mod watch {
+    use super::super::held::WatchWord;
+    use crate::engine::driver::Watch;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_grant_that_counted_on_the_published_watch_makes_the_driver_look_again() {
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        let mut w = WatchWord::default();
+        assert!(!w.covers(now + s(30), false), "nothing published yet");
+        w.look();
+        let both = Watch {
+            validity_at: Some(now + s(10)),
+            renewing: true,
+        };
+        assert!(w.publish(both));
+        // The validity timer fires no later than the new deadline, renewals are armed.
+        assert!(w.covers(now + s(10), true));
+        assert!(w.covers(now + s(20), true));
+        assert!(!w.covers(now + s(5), false), "the timer would fire late");
+        // A grant counts on it; the driver, which looked before, must look again.
+        w.rely();
+        assert!(!w.publish(Watch::default()));
+        assert!(
+            w.covers(now + s(20), true),
+            "nothing changed by the refusal"
+        );
+        w.look();
+        let validity_only = Watch {
+            validity_at: Some(now + s(10)),
+            renewing: false,
+        };
+        assert!(w.publish(validity_only));
+        assert!(
+            w.covers(now + s(10), false),
+            "a fixed lease needs no renewals"
+        );
+        assert!(!w.covers(now + s(10), true), "a watchdog hold does");
+        // An instant too far to store reads as no timer.
+        let far = now + s(200 * 365 * 24 * 3600);
+        assert!(w.publish(Watch {
+            validity_at: Some(far),
+            renewing: true,
+        }));
+        assert!(!w.covers(far, false));
     }
 }
