@@ -31,14 +31,14 @@ use crate::wire::{self, AcquireArgs, Attempt, Mode, QueuePlace};
 ///
 /// A handle without a holder gives every acquisition call a holder of its own
 /// ([`Helds::call_holder`](crate::engine::field::Helds::call_holder)), so its calls never share
-/// a hold. It keeps the field of its last call that took the lock (`warm`, shared by its
-/// clones): the next call takes that holder over when nothing else refers to the field any more
+/// a hold. It keeps the field of its last call that took the lock (`warm`; a clone starts
+/// without one): the next call takes that holder over when nothing else refers to the field any more
 /// and nothing of it is left (the rule the registry applies to the ids it gives back), so a
 /// handle that locks and unlocks over and over keeps one field, with its driver timers (see
 /// `Watch`), instead of making and dropping one per call. One given a holder
 /// (`with_holder`) makes all its calls that one holder. Making a handle never does I/O or fails:
 /// a name that cannot be used is reported by every operation as `Error::InvalidName`.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct Handle {
     inner: Arc<Inner>,
     name: String,
@@ -47,8 +47,22 @@ pub(crate) struct Handle {
     /// `None`: every acquisition call is its own holder.
     holder: Option<i64>,
     fenced: bool,
-    /// The field of the last call that took the lock, while the handle lives.
-    warm: Arc<Mutex<Option<Arc<Held>>>>,
+    /// The field of the last call that took the lock, while the handle lives (inline: making a
+    /// handle allocates nothing for it).
+    warm: Mutex<Option<Arc<Held>>>,
+}
+
+impl Clone for Handle {
+    fn clone(&self) -> Self {
+        Handle {
+            inner: self.inner.clone(),
+            name: self.name.clone(),
+            spec: self.spec.clone(),
+            holder: self.holder,
+            fenced: self.fenced,
+            warm: Mutex::new(None),
+        }
+    }
 }
 
 impl Handle {
@@ -65,7 +79,7 @@ impl Handle {
             spec,
             holder: None,
             fenced: false,
-            warm: Arc::default(),
+            warm: Mutex::new(None),
         }
     }
 
