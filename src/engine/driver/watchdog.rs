@@ -124,6 +124,10 @@ impl Watchdog {
         confirm: Option<Confirm>,
         deadline: Option<Instant>,
     ) {
+        // The grant's deadline stands in for a hold already gone only while something else still
+        // refers to the field (a guard, a call, a handle that kept it): a field this message is
+        // the last reference to is forgotten at once, as it was before fields were kept.
+        let deadline = deadline.filter(|_| Arc::strong_count(held) > 1);
         held.watch_look();
         self.arm(timers, held, watchdog, confirm, deadline);
         self.publish(timers, Some(held.clone()));

@@ -18,8 +18,8 @@ pub(crate) enum Work {
     /// A hold was taken on `held` (lazy): arm its validity timer, and its renewals when it is a
     /// watchdog hold or a direct grant to extend (`confirm`). `deadline` is the validity deadline
     /// the grant left, where the timer goes when the hold is already gone by the time the driver
-    /// looks (it then finds nothing and lets the entry go; until then, later grants of the field
-    /// find their timers armed).
+    /// looks but something still refers to the field (it then finds nothing and lets the entry
+    /// go; until then, later grants of the field find their timers armed).
     Acquired {
         held: Arc<dyn Tracked>,
         watchdog: bool,
