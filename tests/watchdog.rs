@@ -584,6 +584,7 @@ async fn grants_the_driver_is_not_told_of_keep_their_renewals() {
                          (pttl {pttl})"
                     );
                 } else {
+                    // A short hold (holding IS the scenario).
                     tokio::time::sleep(Duration::from_millis(rng.below(20))).await;
                 }
                 guard.unlock().await.unwrap();
