@@ -99,6 +99,12 @@ impl Outcome {
     }
 }
 
+/// The start of the field a call without a named holder records (`unbound:<call id>`, a field
+/// no other call has) until its [`Event::Bound`] names the field the library picked. A call
+/// that ended before it started its work (a refused lease, a cancellation before the first
+/// poll) keeps it: it never reached Redis.
+pub const UNBOUND: &str = "unbound:";
+
 /// One recorded event. Text form: the kind, then `key=value` pairs, separated by single spaces
 /// (values never contain spaces).
 #[derive(Debug, Clone, PartialEq)]
@@ -139,6 +145,10 @@ pub enum Event {
     /// the call; `t` read after Redis ran the join). An attempt abandoned by a dropped call never
     /// emits it.
     Joined { id: String, t: u64 },
+    /// The owner field a call without a named holder acts for, read from the library's
+    /// `acquire` span when the call starts its work (the call's [`Event::Call`] then names no
+    /// field: the library picks the holder inside the call).
+    Bound { id: String, field: String },
     /// The call took up a lock handed to it directly (the library's `took up a direct grant`
     /// event, PROTOCOL 8: granted by another client's script, no round trip of its own).
     Handed { id: String, t: u64 },
@@ -235,6 +245,7 @@ impl Event {
             Event::Lost { id, t, reason } => format!("lost id={id} t={t} reason={}", word(reason)),
             Event::Joined { id, t } => format!("joined id={id} t={t}"),
             Event::Handed { id, t } => format!("handed id={id} t={t}"),
+            Event::Bound { id, field } => format!("bound id={id} field={}", word(field)),
             Event::Release {
                 id,
                 t,
@@ -308,6 +319,10 @@ impl Event {
             "joined" => Event::Joined {
                 id: s("id")?,
                 t: n("t")?,
+            },
+            "bound" => Event::Bound {
+                id: s("id")?,
+                field: s("field")?,
             },
             "handed" => Event::Handed {
                 id: s("id")?,

@@ -1,6 +1,6 @@
 //! The child process: many tasks doing random lock operations, recording every event.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -20,6 +20,9 @@ use crate::config::*;
 /// Writes events, one line per `write`, so a killed process leaves whole lines behind.
 pub struct Recorder {
     pub file: Mutex<File>,
+    /// The field the library's `acquire` span named for each running call that named no
+    /// holder, until the call's end reads it ([`Event::Bound`]).
+    pub bound: Mutex<HashMap<String, String>>,
 }
 
 impl Recorder {
@@ -30,23 +33,43 @@ impl Recorder {
     }
 }
 
-/// The id of the call a `torture_call` span stands for.
-pub struct CallId(String);
+/// The id of the call a `torture_call` span stands for, and whether the call names no holder
+/// (its field is read from the library's `acquire` span, [`Event::Bound`]).
+pub struct CallId(String, bool);
 
 /// Turns the library's `queued` event (its attempt joined a fair queue; emitted inside the call's
 /// own future, never by an attempt a dropped call abandoned) into an [`Event::Joined`] of the
 /// call whose `torture_call` span encloses it.
 pub struct JoinLog(Arc<Recorder>);
 
-/// Reads a span's `id` field.
-pub struct IdField(Option<String>);
+/// Reads a `torture_call` span's `id` and `unbound` fields.
+pub struct IdField(Option<String>, bool);
 
 impl tracing::field::Visit for IdField {
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        if field.name() == "unbound" {
+            self.1 = value;
+        }
+    }
+
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
         if field.name() == "id" {
             self.0 = Some(format!("{value:?}"));
         }
     }
+}
+
+/// Reads the library's `acquire` span's `field` (the owner field the call acts for).
+pub struct FieldField(Option<String>);
+
+impl tracing::field::Visit for FieldField {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "field" {
+            self.0 = Some(value.to_owned());
+        }
+    }
+
+    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
 }
 
 /// Which of the library's events a message is: `queued` (1) or `took up a direct grant` (2).
@@ -74,13 +97,39 @@ where
         id: &tracing::span::Id,
         ctx: tracing_subscriber::layer::Context<'_, S>,
     ) {
-        if attrs.metadata().name() != "torture_call" {
-            return;
-        }
-        let mut call = IdField(None);
-        attrs.record(&mut call);
-        if let (Some(call), Some(span)) = (call.0, ctx.span(id)) {
-            span.extensions_mut().insert(CallId(call));
+        match attrs.metadata().name() {
+            "torture_call" => {
+                let mut call = IdField(None, false);
+                attrs.record(&mut call);
+                if let (Some(id_), Some(span)) = (call.0, ctx.span(id)) {
+                    span.extensions_mut().insert(CallId(id_, call.1));
+                }
+            }
+            // A call without a named holder: the library's span names the field it picked.
+            "acquire" => {
+                let mut field = FieldField(None);
+                attrs.record(&mut field);
+                let (Some(field), Some(span)) = (field.0, ctx.span(id)) else {
+                    return;
+                };
+                for outer in span.scope().skip(1) {
+                    if let Some(CallId(call, unbound)) = outer.extensions().get::<CallId>() {
+                        if *unbound {
+                            self.0
+                                .bound
+                                .lock()
+                                .unwrap()
+                                .insert(call.clone(), field.clone());
+                            self.0.log(Event::Bound {
+                                id: call.clone(),
+                                field,
+                            });
+                        }
+                        return;
+                    }
+                }
+            }
+            _ => {}
         }
     }
 
@@ -95,7 +144,7 @@ where
             return;
         };
         for span in scope {
-            if let Some(CallId(id)) = span.extensions().get::<CallId>() {
+            if let Some(CallId(id, _)) = span.extensions().get::<CallId>() {
                 self.0.log(if queued.0 == 1 {
                     Event::Joined { id: id.clone(), t }
                 } else {
@@ -108,7 +157,7 @@ where
 }
 
 /// Which kind of lock a call takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     Fair,
     Plain,
@@ -127,9 +176,8 @@ pub enum Handle {
 }
 
 impl Handle {
-    /// A handle of `holder`: every call in this workload names its holder, so the log knows the
-    /// owner field before the call (a call without one mints exactly such a fresh holder inside
-    /// the library; `tests/holders.rs` covers that path). Every kind but the read side is fenced.
+    /// A handle of `holder`, so the log knows the owner field before the call (a handle that
+    /// names none is [`per_call`](Self::per_call)). Every kind but the read side is fenced.
     pub fn new(client: &Client, name: &str, kind: Kind, holder: Holder) -> Handle {
         match kind {
             Kind::Fair => Handle::Fair(client.fair_lock(name).fenced().with_holder(holder)),
@@ -143,6 +191,27 @@ impl Handle {
                     Handle::Read(rw.read_lock().with_holder(holder))
                 } else {
                     Handle::Write(rw.write_lock().fenced().with_holder(holder))
+                }
+            }
+        }
+    }
+
+    /// A handle that names no holder: each of its calls gets one of its own inside the library
+    /// (and may take over the field the handle kept from its last call), so the log learns the
+    /// call's field from the library's `acquire` span ([`Event::Bound`]).
+    pub fn per_call(client: &Client, name: &str, kind: Kind) -> Handle {
+        match kind {
+            Kind::Fair => Handle::Fair(client.fair_lock(name).fenced()),
+            Kind::Plain => Handle::Plain(client.non_fair_lock(name).fenced()),
+            Kind::Read | Kind::Write => {
+                let mut rw = client.read_write_lock(name);
+                if is_preferring_name(name) {
+                    rw = rw.writer_preferring();
+                }
+                if kind == Kind::Read {
+                    Handle::Read(rw.read_lock())
+                } else {
+                    Handle::Write(rw.write_lock().fenced())
                 }
             }
         }
@@ -297,15 +366,16 @@ impl ChildCtx {
     /// Runs one call (cut off after `cancel_after`, as a caller's `timeout()` would) and sorts
     /// what it gave: when it ended (read at once), the outcome to record, the value when granted
     /// and the error's text. Counts the outcome (and the error) with `kind` in front ("" for the
-    /// locks, "sem ", "multi ").
+    /// locks, "sem ", "multi "). `unbound`: the call names no holder ([`Event::Bound`]).
     pub async fn run_call<T>(
         &self,
         kind: &str,
         id: &str,
         cancel_after: Option<Duration>,
+        unbound: bool,
         run: impl std::future::Future<Output = fairlock::Result<Option<T>>>,
     ) -> (u64, Outcome, Option<T>, String) {
-        let run = run.instrument(tracing::info_span!("torture_call", id = %id));
+        let run = run.instrument(tracing::info_span!("torture_call", id = %id, unbound));
         let result = match cancel_after {
             Some(d) => tokio::time::timeout(d, run).await.ok(),
             None => Some(run.await),
@@ -346,7 +416,7 @@ impl ChildCtx {
         &self,
         client: &(Client, String),
         h: &Handle,
-        holder: i64,
+        holder: Option<i64>,
         shared: bool,
         reentrant: bool,
         acq: Acq,
@@ -360,21 +430,31 @@ impl ChildCtx {
     /// [`acquire`](Self::acquire), and the error's text when it failed. A lease under
     /// `MIN_LEASE` must be refused with `InvalidArgument` (or `Shutdown`); anything else is an
     /// anomaly (such a lease used to be retried until the call's wait ran out).
+    /// `holder: None`: the handle names no holder (the library picks one inside the call).
     #[allow(clippy::too_many_arguments)]
     pub async fn acquire_with_detail(
         &self,
         client: &(Client, String),
         h: &Handle,
-        holder: i64,
+        holder: Option<i64>,
         shared: bool,
         reentrant: bool,
         acq: Acq,
     ) -> (Option<(LockGuard, String)>, Outcome, String) {
         let id = self.call_id();
-        let mut field = format!("{}:{holder}", client.0.id());
-        if h.kind() == Kind::Write {
-            field.push_str(":write");
-        }
+        let field = match holder {
+            Some(holder) => {
+                let mut field = format!("{}:{holder}", client.0.id());
+                if h.kind() == Kind::Write {
+                    field.push_str(":write");
+                }
+                field
+            }
+            None => {
+                self.count("call per-call holder");
+                format!("{}{id}", fairlock_testkit::history::UNBOUND)
+            }
+        };
         self.log.log(Event::Call {
             id: id.clone(),
             proc: self.proc.clone(),
@@ -396,8 +476,12 @@ impl ChildCtx {
             Kind::Write => self.count("call rw write"),
             Kind::Fair | Kind::Plain => {}
         }
-        let (t, outcome, guard, detail) =
-            self.run_call("", &id, acq.cancel_after, h.run(&acq)).await;
+        let (t, outcome, guard, detail) = self
+            .run_call("", &id, acq.cancel_after, holder.is_none(), h.run(&acq))
+            .await;
+        // A call that named no holder: the field the library's span named for it (its
+        // `Event::Bound`), if the call got that far.
+        let bound = self.log.bound.lock().unwrap().remove(&id);
         let below_min = acq
             .lease_ms()
             .is_some_and(|l| Duration::from_millis(l) < fairlock::MIN_LEASE);
@@ -435,6 +519,7 @@ impl ChildCtx {
                     now - deadline
                 ));
             }
+            let field = bound.as_ref().unwrap_or(&field);
             if g.owner_field() != field {
                 self.anomaly(format!(
                     "call {id}: guard owner field {} but the caller's field is {field}",
@@ -614,12 +699,17 @@ pub async fn task_loop(ctx: Arc<ChildCtx>, task_no: usize, seed: u64, shared_hol
     }
     // A raw holder shared on purpose by two tasks of this process.
     let shared_holder = shared_holder.map(|id| Holder::from_raw(id).expect("a raw holder id"));
+    // Handles that name no holder, kept by this task across its rounds (per client, name and
+    // side), as a service keeps a handle and locks it over and over: each call is its own
+    // holder, and a call may take over the field the handle kept from its last call.
+    let mut kept: HashMap<(String, &str, Kind), Handle> = HashMap::new();
     while !ctx.stopping.load(Ordering::SeqCst) {
         if task_no == 0 && ctx.has("shutdown") && rng.chance(0.004) {
             ctx.replace_client().await;
             continue;
         }
         let client = ctx.current().await;
+        kept.retain(|(c, _, _), _| *c == client.1);
         if ctx.has("sem") && rng.chance(0.15) {
             let plain = rng.chance(0.5);
             let big = !plain && rng.chance(0.06);
@@ -634,6 +724,12 @@ pub async fn task_loop(ctx: Arc<ChildCtx>, task_no: usize, seed: u64, shared_hol
         if pick.1 == Kind::Read && rng.chance(0.35) {
             pick.1 = Kind::Write;
         }
+        let per_call = shared_holder.is_none() && ctx.has("percall") && rng.chance(0.3);
+        let handle = per_call.then(|| {
+            &*kept
+                .entry((client.1.clone(), pick.0, pick.1))
+                .or_insert_with(|| Handle::per_call(&client.0, pick.0, pick.1))
+        });
         if ctx.has("joined") && rng.chance(0.12) {
             // Several lock futures polled concurrently by this one task (`join!`, as
             // `for_each_concurrent`, `buffer_unordered` and `select!` loops do), on one name.
@@ -642,7 +738,7 @@ pub async fn task_loop(ctx: Arc<ChildCtx>, task_no: usize, seed: u64, shared_hol
             let group = if shared_holder.is_some() {
                 shared_holder
             } else {
-                rng.chance(0.4).then(|| client.0.holder())
+                (handle.is_none() && rng.chance(0.4)).then(|| client.0.holder())
             };
             ctx.count(if group.is_some() {
                 "joined shared"
@@ -650,7 +746,7 @@ pub async fn task_loop(ctx: Arc<ChildCtx>, task_no: usize, seed: u64, shared_hol
                 "joined"
             });
             let three = rng.chance(0.5);
-            let arm = |seed: u64| one_round(&ctx, Rng::new(seed), &client, pick, group);
+            let arm = |seed: u64| one_round(&ctx, Rng::new(seed), &client, pick, group, handle);
             let (a, b, c) = (rng.next(), rng.next(), rng.next());
             tokio::join!(arm(a), arm(b), async {
                 if three {
@@ -658,25 +754,42 @@ pub async fn task_loop(ctx: Arc<ChildCtx>, task_no: usize, seed: u64, shared_hol
                 }
             });
         } else {
-            one_round(&ctx, Rng::new(rng.next()), &client, pick, shared_holder).await;
+            one_round(
+                &ctx,
+                Rng::new(rng.next()),
+                &client,
+                pick,
+                shared_holder,
+                handle,
+            )
+            .await;
         }
     }
 }
 
 /// One round of a task: an acquisition (maybe a `timeout()` retry loop), a hold, maybe a
 /// re-entry of the same holder, a release (maybe by drop), maybe a relock at once. `holder`:
-/// a holder shared on purpose, or `None` for a fresh holder per call (the library's default).
+/// a holder shared on purpose, or `None` for a fresh holder per call (the library's default):
+/// named by the workload, or (`per_call`: a handle kept by the task that names none) picked by
+/// the library inside the call.
 async fn one_round(
     ctx: &ChildCtx,
     mut rng: Rng,
     client: &(Client, String),
     (name, kind): (&str, Kind),
     holder: Option<Holder>,
+    per_call: Option<&Handle>,
 ) {
     let shared = holder.is_some();
-    let call_holder = || holder.unwrap_or_else(|| client.0.holder());
+    let call_holder = || {
+        per_call
+            .is_none()
+            .then(|| holder.unwrap_or_else(|| client.0.holder()))
+    };
+    // The call's handle: a new one naming the call's holder, or the kept one.
+    let handle_of = |me: Option<Holder>| me.map(|me| Handle::new(&client.0, name, kind, me));
     let me = call_holder();
-    let h = Handle::new(&client.0, name, kind, me);
+    let h = handle_of(me);
     // A `timeout()` retry loop around unbounded waits; a single call otherwise. Every attempt of
     // the loop is a new call, so without a shared holder each one is a new holder.
     let acq = random_acq(&mut rng, ctx);
@@ -691,9 +804,15 @@ async fn one_round(
     for attempt in 0..attempts {
         if attempt > 0 {
             me = call_holder();
-            h = Handle::new(&client.0, name, kind, me);
+            h = handle_of(me);
         }
-        let (g, outcome) = ctx.acquire(client, &h, me.id(), shared, false, acq).await;
+        let call = h
+            .as_ref()
+            .or(per_call)
+            .expect("a handle naming a holder, or the kept one");
+        let (g, outcome) = ctx
+            .acquire(client, call, me.map(|m| m.id()), shared, false, acq)
+            .await;
         if g.is_some() || outcome != Outcome::Cancelled || ctx.stopping.load(Ordering::SeqCst) {
             granted = g;
             break;
@@ -730,7 +849,14 @@ async fn one_round(
         };
         let again = Handle::new(&client.0, name, side, guard.holder());
         let (inner, _) = ctx
-            .acquire(client, &again, me.id(), shared, true, inner_acq)
+            .acquire(
+                client,
+                &again,
+                Some(guard.holder().id()),
+                shared,
+                true,
+                inner_acq,
+            )
             .await;
         if let Some((ig, iid)) = inner {
             ctx.count("reentered");
@@ -765,7 +891,7 @@ async fn one_round(
         };
         let h = Handle::new(&client.0, name, other, mine);
         let (g, outcome, detail) = ctx
-            .acquire_with_detail(client, &h, mine.id(), false, false, again)
+            .acquire_with_detail(client, &h, Some(mine.id()), false, false, again)
             .await;
         if outcome == Outcome::Error && detail.contains("cannot also take it for writing") {
             // The dropped read guard's release reached Redis after this call: the promise that
@@ -794,9 +920,13 @@ async fn one_round(
             cancel_after: Some(rng.ms(200, 2000)),
         };
         let next = call_holder();
-        let h = Handle::new(&client.0, name, kind, next);
+        let h = handle_of(next);
+        let call = h
+            .as_ref()
+            .or(per_call)
+            .expect("a handle naming a holder, or the kept one");
         let (g, _) = ctx
-            .acquire(client, &h, next.id(), shared, false, again)
+            .acquire(client, call, next.map(|n| n.id()), shared, false, again)
             .await;
         if let Some((g, id)) = g {
             let mut lost = false;
@@ -949,7 +1079,7 @@ async fn sem_round(
         }
     };
     let (t, outcome, permits, detail) = ctx
-        .run_call(&format!("{kind} "), &id, cancel_after, run)
+        .run_call(&format!("{kind} "), &id, cancel_after, false, run)
         .await;
     ctx.log.log(Event::End {
         id: id.clone(),
@@ -1116,7 +1246,7 @@ async fn multi_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
             cancel_after: None,
         };
         let (g, _) = ctx
-            .acquire(client, &h, holder.id(), false, false, take)
+            .acquire(client, &h, Some(holder.id()), false, false, take)
             .await;
         let _ = ready_tx.send(());
         if let Some((g, id)) = g {
@@ -1129,7 +1259,7 @@ async fn multi_round(ctx: &ChildCtx, mut rng: Rng, client: &(Client, String)) {
         if blocked {
             let _ = tokio::time::timeout(Duration::from_secs(1), ready_rx).await;
         }
-        ctx.run_call("multi ", &members[0].2, acq.cancel_after, run)
+        ctx.run_call("multi ", &members[0].2, acq.cancel_after, false, run)
             .await
     };
     let ((), (t, outcome, guard, detail)) = tokio::join!(blocker, call);
@@ -1218,6 +1348,7 @@ pub fn child_main() {
         .unwrap();
     let log = Arc::new(Recorder {
         file: Mutex::new(log),
+        bound: Mutex::new(HashMap::new()),
     });
     {
         use tracing_subscriber::layer::SubscriberExt;

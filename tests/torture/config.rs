@@ -131,7 +131,7 @@ pub const ALL_FAULTS: [&str; 9] = [
     "proxy",
     "handoff",
 ];
-pub const ALL_OPS: [&str; 18] = [
+pub const ALL_OPS: [&str; 19] = [
     "lock",
     "lease",
     "try",
@@ -140,6 +140,7 @@ pub const ALL_OPS: [&str; 18] = [
     "reenter",
     "drop",
     "droprelock",
+    "percall",
     "longhold",
     "shared",
     "joined",

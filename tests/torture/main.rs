@@ -10,9 +10,13 @@
 //! * `FAIRLOCK_TORTURE_FAULTS=all|none|<kinds>`: comma-separated fault kinds from `sigstop`,
 //!   `sigkill`, `clientkill`, `pause`, `sleep`, `scriptflush`, `restart`, `proxy` (default all).
 //! * `FAIRLOCK_TORTURE_OPS=all|<kinds>`: client operations from `lock`, `lease`, `try`, `try0`,
-//!   `cancel`, `reenter`, `drop`, `droprelock`, `longhold`, `shared`, `joined`, `shutdown`,
-//!   `java`, `plain`, `fair`, `rw`, `sem`, `multi` (default all). `cancel` drops pending futures at
-//!   random points; `java` adds the Redisson-protocol peer; `plain` / `fair` / `rw` choose the
+//!   `cancel`, `reenter`, `drop`, `droprelock`, `percall`, `longhold`, `shared`, `joined`,
+//!   `shutdown`, `java`, `plain`, `fair`, `rw`, `sem`, `multi` (default all). `cancel` drops
+//!   pending futures at random points; `percall` runs some rounds on a handle the task keeps
+//!   that names no holder (the library picks each call's holder and may hand a call the field
+//!   the handle kept from its last one; the log learns the field from the library's `acquire`
+//!   span, and two such calls holding one field at once break mutual exclusion); `java` adds the
+//!   Redisson-protocol peer; `plain` / `fair` / `rw` choose the
 //!   lock kinds in use; `sem` adds rounds on a plain and a permit-expirable semaphore (three
 //!   permits each); `multi` adds multi-lock rounds over the two plain locks.
 //! * `FAIRLOCK_TORTURE_CHILDREN=<n>`: client processes (default 3, at least 3 in CI).

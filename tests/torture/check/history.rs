@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use fairlock_testkit::history::{Event, Outcome};
+use fairlock_testkit::history::{Event, Outcome, UNBOUND};
 
 /// An optional number for reports (`-` when absent).
 fn opt(v: Option<u64>) -> String {
@@ -96,6 +96,9 @@ pub struct Call {
     pub joined: Option<u64>,
     /// The call took up a lock handed to it directly ([`Event::Handed`]).
     pub handed: bool,
+    /// The call named no holder: the library picked its field ([`Event::Bound`]), which no
+    /// other such call may hold at the same time.
+    pub per_call: bool,
     pub release: Option<(u64, u64, String, bool)>,
     pub released: Option<(u64, String)>,
 }
@@ -250,6 +253,7 @@ impl History {
                         lost: None,
                         joined: None,
                         handed: false,
+                        per_call: false,
                         release: None,
                         released: None,
                     });
@@ -267,6 +271,7 @@ impl History {
                 | Event::Lost { id, .. }
                 | Event::Joined { id, .. }
                 | Event::Handed { id, .. }
+                | Event::Bound { id, .. }
                 | Event::Release { id, .. }
                 | Event::Released { id, .. } => id.clone(),
                 _ => continue,
@@ -295,6 +300,10 @@ impl History {
                     call.joined = Some(call.joined.map_or(t, |j| j.min(t)));
                 }
                 Event::Handed { .. } => call.handed = true,
+                Event::Bound { field, .. } if call.field.starts_with(UNBOUND) => {
+                    call.field = field;
+                    call.per_call = true;
+                }
                 Event::Release {
                     t, vu, how, lost, ..
                 } => call.release = Some((t, vu, how, lost)),
@@ -379,6 +388,7 @@ impl History {
 #[cfg(test)]
 mod tests {
     use crate::check::fixtures::*;
+    use fairlock_testkit::history::UNBOUND;
 
     #[test]
     fn events_round_trip_through_their_text_form() {
@@ -396,6 +406,10 @@ mod tests {
                     t1: 2,
                     ms: 300000,
                 },
+                Event::Bound {
+                    id: "p0.2".into(),
+                    field: "u:7:write".into(),
+                },
             ])
             .collect();
         for ev in evs {
@@ -407,5 +421,42 @@ mod tests {
             );
         }
         assert_eq!(Event::parse("call id=torn"), None);
+    }
+
+    #[test]
+    fn a_bound_event_names_the_field_of_a_call_that_named_no_holder_only() {
+        let mut h = hist();
+        h.add_events(call(
+            "a",
+            "p0",
+            "plain",
+            &format!("{UNBOUND}a"),
+            0,
+            None,
+            10,
+            Outcome::Granted,
+            Some(1),
+        ));
+        h.add_events(call(
+            "b",
+            "p0",
+            "plain",
+            "u:2",
+            20,
+            None,
+            30,
+            Outcome::Granted,
+            Some(2),
+        ));
+        h.add_events(["a", "b"].map(|id| Event::Bound {
+            id: id.into(),
+            field: "u:9".into(),
+        }));
+        let field = |id: &str| {
+            let c = h.calls.iter().find(|c| c.id == id).unwrap();
+            (c.field.clone(), c.per_call)
+        };
+        assert_eq!(field("a"), ("u:9".to_owned(), true));
+        assert_eq!(field("b"), ("u:2".to_owned(), false));
     }
 }

@@ -1,7 +1,8 @@
 //! Mutual exclusion (`mutual-exclusion`): two trusted holds of different holders on one name
 //! never overlap, except two read holds of a read-write lock. (A read-write lock's writer field
 //! is its holder's field plus `:write`: a writer and its own holder's read holds, a downgrade,
-//! are one holder.)
+//! are one holder.) Two calls that named no holder are two holders even if the library gave
+//! them one field: it may hand a field to a later call only once nothing of it is held.
 
 use super::{by_name, Call, CheckStats, History, Violation};
 
@@ -17,7 +18,7 @@ fn reads(c: &Call) -> bool {
 
 /// Whether two holds may not overlap.
 fn conflict(a: &Call, b: &Call) -> bool {
-    holder(a) != holder(b) && !(reads(a) && reads(b))
+    (holder(a) != holder(b) || (a.per_call && b.per_call)) && !(reads(a) && reads(b))
 }
 
 /// Mutual exclusion over trusted intervals.
@@ -115,6 +116,51 @@ mod tests {
         );
         // A reader of another holder inside the writer's hold: caught.
         h.add_events(hold("r3", "p1", rw, "v:2", (340, 350), 5, 360, 900));
+        assert!(rules(&h).contains(&"mutual-exclusion"));
+    }
+
+    #[test]
+    fn two_calls_that_named_no_holder_never_share_a_hold() {
+        let unbound = |id: &str, field: &str| {
+            [Event::Bound {
+                id: id.into(),
+                field: field.into(),
+            }]
+        };
+        let mut h = hist();
+        // A per-call hold, its explicit re-entry (the guard's holder, named), and a later call
+        // of the handle that took the same field over after the first was released: fine.
+        h.add_events(hold("a", "p0", "plain", "unbound:a", (0, 10), 1, 100, 500));
+        h.add_events(unbound("a", "u:1"));
+        h.add_events(hold("a2", "p0", "plain", "u:1", (20, 30), 2, 40, 500));
+        h.add_events(hold(
+            "b",
+            "p0",
+            "plain",
+            "unbound:b",
+            (110, 120),
+            3,
+            200,
+            500,
+        ));
+        h.add_events(unbound("b", "u:1"));
+        assert!(
+            !rules(&h).contains(&"mutual-exclusion"),
+            "{:?}",
+            check(&h, 9).0
+        );
+        // A second call given that field while the first still held it: caught.
+        h.add_events(hold(
+            "c",
+            "p0",
+            "plain",
+            "unbound:c",
+            (150, 160),
+            4,
+            180,
+            500,
+        ));
+        h.add_events(unbound("c", "u:1"));
         assert!(rules(&h).contains(&"mutual-exclusion"));
     }
 
